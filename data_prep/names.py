@@ -8,11 +8,13 @@ would be read twice, the copy's as clutter).
 from __future__ import annotations
 
 import re
+import sys
 import zipfile
 from pathlib import PurePosixPath
 from shlex import quote
 
 from pointgeope.errors import UserError
+from pointgeope.plural import agreeing
 
 AREA = re.compile(r"Area_(\d+)")
 # area_1, AREA_1, Area 1, Area_1_Aligned (S3DIS's aligned version named in its folder): named, not read
@@ -30,6 +32,13 @@ ZIPPED_AREA = re.compile(_ZIPPED, re.IGNORECASE)
 _PACKED = _AREA_COPY.format("") + r"\.(?:tar\.gz|tgz|tar\.bz2|tbz2?|tar\.xz|txz|tar|7z|rar)"
 PACKED_AREA = re.compile(_PACKED, re.IGNORECASE)
 PARTIAL_AREA = re.compile(rf"(?:{_ZIPPED}|{_PACKED})\.(?:part|crdownload|download)", re.IGNORECASE)
+# an archive (or a partial download of one) whose name holds an area's as a word but is none of the above:
+# S3DIS_Area_3.tar.gz, Area_3.gz (a tar.gz that lost its .tar; not notes.txt.gz, a file's), s3dis-area-3.7z.part;
+# named in a warning
+_HOLDS_AREA = re.compile(r"(?<![a-z0-9])area[ _-]?(\d+)(?![0-9])", re.IGNORECASE)
+_ARCHIVE = re.compile(r"(?:.+\.(?:zip|tar\.gz|tgz|tar\.bz2|tbz2?|tar\.xz|txz|tar|7z|rar)"
+                      r"|(?:[^.]*|.*\.[^.]*[^.a-z][^.]*)\.(?:gz|bz2|xz))(?P<partial>\.(?:part|crdownload|download))?",
+                      re.IGNORECASE)
 OBJECT = re.compile(r"(.+)_(\d+)")
 # an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
 OBJECT_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*_\d+")
@@ -100,22 +109,45 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     (``'Area_3 (1).zip'``)."""
     from data_prep.zip_areas import zipped_areas
 
-    numbers = {area_number(a) for a in areas}
-    zipped = sorted(f for f in files if (m := ZIPPED_AREA.fullmatch(f.rsplit("/", 1)[-1]))
-                    and int(m.group(1)) not in numbers
-                    or not in_zip and f.lower().endswith(".zip") and zipped_areas(PurePosixPath(location, f)) - numbers)
+    named = _without_folder(ZIPPED_AREA, files, areas)
+    zipped = sorted({*named, *(f for f in files if not in_zip and f.lower().endswith(".zip") and f not in named
+                               and zipped_areas(PurePosixPath(location, f)) - _numbers(areas))})
     if not zipped:
         return
-    one = len(zipped) == 1
-    shown = ", ".join(zipped[:5]) + (f" and {len(zipped) - 5} more" if len(zipped) > 5 else "")
-    first = PurePosixPath(location, zipped[0])
-    unpack = (f"unpack {location} and {'it' if one else 'them'} into one folder and give that" if in_zip else
-              f"unpack {'it' if one else 'them'} there (unzip {quote(str(first))} -d {quote(str(first.parent))})")
-    other = (f"remove {'it' if one else 'them'} to prepare the other areas" if areas else
-             f"give {quote(str(first))} itself as RAW" if one and not in_zip else "")
-    raise SourceError(f"{location}: {shown} {'is the zip of an area' if one else 'are the zips of areas'} without a "
-                      f"folder here, and prepare opens no zip inside RAW: {'its area' if one else 'their areas'} "
-                      f"would be left out of the folds; {unpack}{f', or {other}' if other else ''}")
+    n, first = len(zipped), PurePosixPath(location, zipped[0])
+    them = agreeing(n, "it", "them")
+    unpack = (f"unpack {location} and {them} into one folder and give that" if in_zip else
+              f"unpack {them} there (unzip {quote(str(first))} -d {quote(str(first.parent))})")
+    if not areas and n == 1 and not in_zip:
+        unpack += f", or give {quote(str(first))} itself as RAW"
+    raise _left_out(location, zipped, agreeing(n, "is the zip of an area", "are the zips of areas") + " without a "
+                    "folder here, and prepare opens no zip inside RAW", unpack, areas)
+
+
+def _numbers(areas: dict[str, str]) -> set[int]:
+    """The area numbers ``N`` of the areas with a folder (``areas``: area -> folder)."""
+    return {area_number(a) for a in areas}
+
+
+def _without_folder(pattern: re.Pattern, files: list[str], areas: dict[str, str]) -> list[str]:
+    """The paths among ``files`` whose name (last component) ``pattern`` fullmatches, naming (its first group that
+    matched) an area without a folder in ``areas`` (area -> folder), sorted: an area's archive prepare would pass
+    over. One beside its area's folder is a leftover of the unpacking."""
+    numbers = _numbers(areas)
+    return sorted(f for f in files if (m := pattern.fullmatch(f.rsplit("/", 1)[-1]))
+                  and int(next(g for g in m.groups() if g)) not in numbers)
+
+
+def _left_out(location: str, found: list[str], what: str, action: str, areas: dict[str, str]) -> SourceError:
+    """The one line of areas left in RAW as archives (or partial downloads of them) without their folder: the
+    paths ``found`` (five shown, then how many more) and ``what`` they are (agreeing with their number), that
+    their areas would be left out of the folds, ``action`` (how to take them in), and where other areas have a
+    folder, that removing them prepares those."""
+    n = len(found)
+    shown = ", ".join(found[:5]) + (f" and {n - 5} more" if n > 5 else "")
+    other = f", or remove {agreeing(n, 'it', 'them')} to prepare the other areas" if areas else ""
+    return SourceError(f"{location}: {shown} {what}: {agreeing(n, 'its area', 'their areas')} would be left out of "
+                       f"the folds; {action}{other}")
 
 
 def _unpack_command(path: PurePosixPath, folder: str) -> str:
@@ -136,29 +168,71 @@ def check_packed_areas(location: str, files: list[str], areas: dict[str, str], i
     archive (:data:`PARTIAL_AREA`: ``Area_3.zip.part``, ``Area_3.zip.crdownload``) whose area has no folder in
     ``areas``: the area would vanish from the folds without a word. One beside its area's folder is a leftover,
     not read as before. The line gives the command that unpacks the first one with the tool for its format."""
-    numbers = {area_number(a) for a in areas}
+    if partial := _without_folder(PARTIAL_AREA, files, areas):
+        n = len(partial)
+        what = agreeing(n, "is a partial download of an area's archive", "are partial downloads of areas' archives")
+        raise _left_out(location, partial, f"{what} without a folder here", f"finish or redo "
+                        f"{agreeing(n, 'the download', 'the downloads')} and unpack {agreeing(n, 'it', 'them')} beside "
+                        "the other areas", areas)
+    if packed := _without_folder(PACKED_AREA, files, areas):
+        n, first = len(packed), PurePosixPath(location, packed[0])
+        them = agreeing(n, "it", "them")
+        unpack = (f"unpack {location} into a folder and {them} beside the areas there" if in_zip
+                  else f"unpack {them} beside the other areas with the tool for {agreeing(n, 'its', 'each')} format "
+                       f"({_unpack_command(first, str(first.parent))})")
+        raise _left_out(location, packed, agreeing(n, "is an area", "are areas") + " packed in a format prepare does "
+                        "not open, without a folder here", unpack, areas)
 
-    def named(pattern: re.Pattern) -> list[str]:
-        return sorted(f for f in files if (m := pattern.fullmatch(f.rsplit("/", 1)[-1]))
-                      and int(next(g for g in m.groups() if g)) not in numbers)
 
-    other = ", or remove {} to prepare the other areas" if areas else ""
-    if partial := named(PARTIAL_AREA):
-        one = len(partial) == 1
-        what = "is a partial download" if one else "are partial downloads"
-        raise SourceError(f"{location}: {', '.join(partial)} {what} of an area's archive without a folder here: "
-                          "the area would be left out of the folds; finish or redo the download and unpack it "
-                          f"beside the other areas{other.format('it' if one else 'them')}")
-    if packed := named(PACKED_AREA):
-        one = len(packed) == 1
-        first = PurePosixPath(location, packed[0])
-        unpack = (f"unpack {location} into a folder and {'it' if one else 'them'} beside the areas there" if in_zip
-                  else f"unpack {'it' if one else 'them'} beside the other areas with the tool for "
-                       f"{'its' if one else 'each'} format ({_unpack_command(first, str(first.parent))})")
-        raise SourceError(f"{location}: {', '.join(packed)} {'is an area' if one else 'are areas'} packed in a "
-                          "format prepare does not open, without a folder here: "
-                          f"{'its area' if one else 'their areas'} would be left out of the folds; {unpack}"
-                          f"{other.format('it' if one else 'them')}")
+def archive_files(paths: list[tuple[str, bool]]) -> list[str]:
+    """RAW's files as the archive checks see them, from ``paths`` (each entry's path and whether it is a folder):
+    a download in progress that is a folder (Safari's ``Area_3.zip.download/``, a bundle holding the partial
+    ``Area_3.zip`` and an ``Info.plist``) stands for the files in it, as one partial download of its name: the
+    partial zip inside was taken for a whole one, and the line said to unzip it (which fails, the zip cut short)."""
+    out: dict[str, None] = {}
+    for path, is_dir in paths:
+        parts = path.split("/")
+        at = next((i for i, part in enumerate(parts) if part.lower().endswith(".download")
+                   and (is_dir or i < len(parts) - 1)), None)
+        if at is not None or not is_dir:
+            out["/".join(parts[:at + 1]) if at is not None else path] = None
+    return list(out)
+
+
+def likely_areas(files: list[str], areas: dict[str, str], in_zip: bool) -> list[str]:
+    """The paths among ``files`` (as :func:`check_zipped_areas`) that may hold an area without a folder in
+    ``areas``, by their name alone: an archive or a partial download of one whose name holds an area's as a word
+    (``S3DIS_Area_3.tar.gz``, ``Area_3.gz``, ``s3dis-area-3.7z.part``), none the refusals know by name (they are
+    checked first). Such a name does not say what the file holds (``Area_3_notes.tar.gz``), and a multi-GB archive
+    is not opened to see: named, not refused. A zip in a RAW folder is not among them: its members say what it
+    holds (:func:`check_zipped_areas`)."""
+    numbers = _numbers(areas)
+    return sorted(f for f in files if (m := _HOLDS_AREA.search(name := f.rsplit("/", 1)[-1]))
+                  and int(m.group(1)) not in numbers and _ARCHIVE.fullmatch(name)
+                  and (in_zip or not name.lower().endswith(".zip")))
+
+
+def likely_area(location: str, path: str, in_zip: bool) -> str:
+    """What the file ``path`` of :func:`likely_areas` may be, and what to do if it is (the command that unpacks it,
+    where RAW is a folder)."""
+    name = path.rsplit("/", 1)[-1]
+    area = f"Area_{int(_HOLDS_AREA.search(name).group(1))}"
+    first = PurePosixPath(location, path)
+    if _ARCHIVE.fullmatch(name).group("partial"):
+        action = "finish the download, unpack it beside the other areas and prepare again"
+    elif in_zip:
+        action = f"unpack {location} into a folder and it beside the areas there, then prepare that folder"
+    else:
+        action = f"unpack it beside the other areas ({_unpack_command(first, str(first.parent))}) and prepare again"
+    return (f"{path} may be an archive of {area}, which has no folder here (by its name; prepare opens no archive "
+            f"inside RAW, so the area would be left out of the folds): if it holds the area, {action}")
+
+
+def warn_likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:
+    """A warning naming each file of :func:`likely_areas` (:func:`likely_area`): prepare goes on with the areas
+    that have a folder."""
+    for path in likely_areas(files, areas, in_zip):
+        print(f"warning: {location}: {likely_area(location, path, in_zip)}", file=sys.stderr)
 
 
 def check_objects(location: str, files: list) -> None:

@@ -14,7 +14,8 @@ member with an absolute path or a ``..`` component, a duplicate zip member, an a
 than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_ratio`` times (zip bombs), a
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
 that holds it (a loop), an ``Area_N.zip`` whose area has no folder (a zip inside RAW is not opened: its area
-would vanish from the folds), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
+would vanish from the folds; another archive or a partial download likewise, one named otherwise that holds an
+area's name in a warning), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
 target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
 vanish from the folds), a room without annotations, two folders of one area number (``Area_1`` and
 ``Area_01``) and two files of one object (``wall_1.txt`` and ``wall_1.TXT``; :mod:`data_prep.names`). A
@@ -37,6 +38,7 @@ from data_prep.names import (
     AREA,
     SourceError,
     add_area,
+    archive_files,
     area_name,
     check_member,
     check_name,
@@ -44,12 +46,15 @@ from data_prep.names import (
     check_packed_areas,
     check_zipped_areas,
     is_junk,
+    likely_area,
+    likely_areas,
     member_name,
     misnamed_area,
     object_class,
     object_key,
+    warn_likely_areas,
 )
-from pointgeope.plural import counted
+from pointgeope.plural import agreeing, counted
 
 __all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource", "object_class", "object_key",
            "open_source"]
@@ -156,16 +161,18 @@ class Source:
                     folder = "/".join(parts[:at + 4])
                     folders[folder] = folders.get(folder, 0) + (not entry.is_dir)
         if misnamed:  # its rooms would vanish from the folds without a word; named before a zip of its area
-            them = "it" if len(misnamed) == 1 else "them"
+            them = agreeing(len(misnamed), "it", "them")
             raise SourceError(f"{self.location}: expected area folders named exactly Area_N (Area_1 ... Area_6), "
                               f"found rooms with Annotations in {', '.join(sorted(misnamed))}, which would be left "
                               f"out of the folds: rename {them} {', '.join(area_name(m) for m in sorted(misnamed))} "
                               f"(or remove {them} to prepare the other areas)")
-        listed, in_zip = [e.path for e in entries if not e.is_dir and not is_junk(e.path)], isinstance(self, ZipSource)
+        listed = archive_files([(e.path, e.is_dir) for e in entries if not is_junk(e.path)])
+        in_zip = isinstance(self, ZipSource)
         check_zipped_areas(self.location, listed, areas, in_zip)
         check_packed_areas(self.location, listed, areas, in_zip)
         if not areas:
-            raise SourceError(self._no_area_message(entries))
+            raise SourceError(self._no_area_message(entries, likely_areas(listed, areas, in_zip)))
+        warn_likely_areas(self.location, listed, areas, in_zip)
         bare = [f"{areas[a]}/{r} ({_why_bare(f'{areas[a]}/{r}', (a, r) in has_annotations, spelt.get((a, r)))})"
                 for (a, r), files in sorted(rooms.items()) if not files]
         if bare:
@@ -175,7 +182,7 @@ class Source:
         if empty:  # an extraction or copy that stopped early: the area would vanish from the folds
             hidden = [h for h in hidden if h.rsplit("/", 1)[0] in empty]
             skipped = f"; hidden folders are skipped: {', '.join(sorted(hidden))} (rename them)" if hidden else ""
-            them = "it" if len(empty) == 1 else "them"
+            them = agreeing(len(empty), "it", "them")
             fix = "" if len(empty) == len(areas) else (f" (an unpacking or copy that stopped early?); unpack or copy "
                                                         f"{them} again, or remove {them} to prepare the other areas")
             raise SourceError(f"{self.location}: expected room folders in {', '.join(empty)}, found none"
@@ -190,9 +197,10 @@ class Source:
         self.ignored_folders = tuple(sorted(folders.items()))
         return out
 
-    def _no_area_message(self, entries: list[Entry]) -> str:
+    def _no_area_message(self, entries: list[Entry], likely: list[str]) -> str:
         """Why no ``Area_N`` folder was found, and what to do: RAW is itself an area folder (give its
-        parent), or its names hold backslashes (a Windows zip unpacked as is), or what RAW holds."""
+        parent), or its names hold backslashes (a Windows zip unpacked as is), or it holds a file that may be an
+        area's archive by its name (``likely``, :func:`data_prep.names.likely_areas`), or what RAW holds."""
         start = f"{self.location}: expected Area_N folders (raw S3DIS v1.2 layout), found none"
         if AREA.fullmatch(Path(self.location).name):
             return f"{start}: RAW is itself one; give its parent folder, {Path(self.location).parent}"
@@ -202,6 +210,8 @@ class Source:
                     "them): give the .zip itself, or unpack it with `unzip`")
         if self.unreadable:
             return f"{start}; cannot read {', '.join(self.unreadable)}: check its permissions (ls -ld)"
+        if likely:
+            return f"{start}; {likely_area(self.location, likely[0], isinstance(self, ZipSource))}"
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         return f"{start}; it holds {shown or 'nothing'}: point RAW at the folder (or .zip) that holds Area_1 ... Area_6"
 

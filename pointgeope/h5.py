@@ -156,8 +156,9 @@ def area_max_extent(f: h5py.File) -> float:
 
 def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
     """The group of ``room`` in an open file; a ``KeyError`` naming the file and its rooms if absent, a
-    :class:`SchemaError` naming it if it is an array or a link that points nowhere (a damaged file,
-    :func:`opened_member`), ending with ``again`` (what to do)."""
+    :class:`SchemaError` naming it if it is an array, or a link or a second name of an object (a damaged or
+    hand-edited file, :func:`opened_member`: ``/office_2 -> /office_1`` would read a room's points twice), ending
+    with ``again`` (what to do)."""
     if room not in f:
         raise KeyError(f"{f.filename}: no room {room!r}; rooms are {sorted(f)}")
     expected = f"{f.filename}: expected {room!r} to be a room (a group)"
@@ -180,23 +181,24 @@ def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) ->
 
 
 def opened_member(parent: h5py.Group, key: str, expected: str, again: str) -> h5py.Group | h5py.Dataset:
-    """``parent[key]``, which ``parent`` holds; where it cannot be opened, a :class:`SchemaError` of
-    ``expected`` (the file, and what was expected there), what was found and ``again``: a soft link to a path
-    the file lacks, or an external link to a file or path that is not there (pointgeope writes neither; h5py's
-    ``KeyError`` said neither the file nor the room), else h5py's reason (a damaged object header). The one
-    opener of a room and its members that may not be there: of area files here, of predictions files in
+    """``parent[key]``, which ``parent`` holds; where it is not an object of its own under that one name, a
+    :class:`SchemaError` of ``expected`` (the file, and what was expected there), what was found and ``again``:
+    a soft or external link, to nothing (h5py's ``KeyError`` said neither the file nor the room), in a loop, or to
+    an object (its points read twice), or a second name of an object (a hard link), in the words of
+    :mod:`pointgeope.h5_links` (pointgeope writes none of them), else h5py's reason (a damaged object header).
+    The one opener of a room and its members that may not be there: of area files here, of predictions files in
     :mod:`pointgeope.h5_predictions`."""
-    try:
-        return parent[key]
-    except KeyError as err:
-        link = parent.get(key, getlink=True)
-        if isinstance(link, h5py.SoftLink):
-            found = f"a link to {link.path!r:.80}, which the file does not hold"
-        elif isinstance(link, h5py.ExternalLink):
-            found = f"a link to {link.path!r:.80} in file {link.filename!r:.80}, which cannot be opened"
-        else:
+    from pointgeope.h5_links import link_found, second_name
+
+    if (found := link_found(parent, key)) is None:
+        try:
+            member = parent[key]
+        except KeyError as err:
             found = f"an object that cannot be opened ({err.args[0] if err.args else err})"
-        raise SchemaError(f"{expected}, found {found}; {again}") from None
+        else:
+            if (found := second_name(member)) is None:
+                return member
+    raise SchemaError(f"{expected}, found {found}; {again}")
 
 
 def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[str, np.ndarray]:

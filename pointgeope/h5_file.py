@@ -155,9 +155,11 @@ def create_file(path: Path) -> Iterator[h5py.File]:
                 _open(sink, opened)
                 yield opened[0]
             finally:
-                _close(opened)
-                # the disk's error or a held stop, not what HDF5 made of them; taken from the sink, whose
-                # frames its traceback holds: in that cycle h5py's objects outlived HDF5 (a crash at exit)
-                error, sink.error = sink.error, None
-                if error is not None:
-                    raise error
+                try:
+                    _close(opened)
+                finally:  # a close that raises too: the stop or the disk's error is what ended the write
+                    # the disk's error or a held stop, not what HDF5 made of them; taken from the sink, whose
+                    # frames its traceback holds: in that cycle h5py's objects outlived HDF5 (a crash at exit)
+                    error, sink.error = sink.error, None
+                    if error is not None:
+                        raise error

@@ -68,23 +68,31 @@ def test_a_group_for_the_normal_of_a_room_of_another_estimate_is_estimated_again
         assert isinstance(f["room_b/normal"], h5py.Dataset)
 
 
-@pytest.mark.parametrize("place", ["room", "member"])
-def test_a_link_that_points_nowhere_in_the_output_is_replaced_by_prepare(tmp_path, place):
+@pytest.mark.parametrize("place", ["room", "member", "second name"])
+def test_a_link_in_the_output_is_refused_and_replaced_by_prepare(tmp_path, place):
     """An existing ``Area_N.h5`` of the output folder whose room (or a room's ``label``) is a soft link to a path
     the file lacks: the prepare that replaces it takes its points checksum first and ended in h5py's bare
     "KeyError: Unable to synchronously open object (component not found)", a traceback; the checksum now
-    refuses it by name, and prepare writes the file whole, as for any damaged file."""
+    refuses it by name, and prepare writes the file whole, as for any damaged file. A room that is a link to
+    another (``second name``) was hashed as a room of its own: the points of ``room_b`` twice."""
     raw = five_rooms(tmp_path / "raw")
     out = tmp_path / "out"
     prepare(PrepareConfig(raw, out, progress=False))
     path = out / "Area_2.h5"
     with h5py.File(path, "a") as f:
-        del f["room_b" if place == "room" else "room_b/label"]
-        f["room_b" if place == "room" else "room_b/label"] = h5py.SoftLink("/gone")
-    expected = "expected 'room_b' to be a room (a group)" if place == "room" else \
-        "room 'room_b': expected 'label' to be an array"
-    with pytest.raises(SchemaError, match=rf"Area_2.h5: {re.escape(expected)}, found a link to '/gone', which the "
-                                          r"file does not hold; run `pointgeope prepare` again$"):
+        if place == "second name":
+            f["room_c"] = h5py.SoftLink("/room_b")
+        else:
+            del f["room_b" if place == "room" else "room_b/label"]
+            f["room_b" if place == "room" else "room_b/label"] = h5py.SoftLink("/gone")
+    expected, found = {
+        "room": ("expected 'room_b' to be a room (a group)", "a link to '/gone', which the file does not hold"),
+        "member": ("room 'room_b': expected 'label' to be an array", "a link to '/gone', which the file does not hold"),
+        "second name": ("expected 'room_c' to be a room (a group)", "a link to '/room_b', which prepare never writes: "
+                                                                    "its points would be read twice, under two names"),
+    }[place]
+    with pytest.raises(SchemaError, match=rf"Area_2.h5: {re.escape(expected)}, found {re.escape(found)}; run "
+                                          r"`pointgeope prepare` again$"):
         points_checksum(path)
     prepare(PrepareConfig(raw, out, progress=False))
     assert check_area_file(path) == {"room_b": 3}

@@ -244,3 +244,20 @@ def test_a_ctrl_c_before_the_handlers_are_back_leaves_no_handler_that_holds_late
         _a_stop_in_a_write_callback_is_raised(tmp_path / "Area_2.h5", KeyboardInterrupt, signal.SIGINT, monkeypatch)
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_a_held_stop_is_raised_when_the_close_itself_raises(tmp_path, monkeypatch):
+    """A stop held during a write (SIGTERM in the fifth write callback), then a close that raises: the close's
+    exception came out and the stop was lost (the lines that raise it come after the close), so a SIGTERM
+    ended the program as a RuntimeError traceback (exit 1), not as the stop (exit 143)."""
+    close = h5_file._close
+
+    def failing_close(opened):
+        close(opened)
+        raise RuntimeError("the close failed")
+
+    def under():  # the older file is written as usual
+        monkeypatch.setattr(h5_file, "_close", failing_close)
+        _under(monkeypatch, lambda f: _SignalIn(f, "write", 5, signal.SIGTERM))
+
+    _write_then_check(tmp_path / "Area_1.h5", Terminated, under=under)

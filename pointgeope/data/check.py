@@ -9,8 +9,9 @@ the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (a
   no checksums (a root without one, its areas copied in by hand, is checked without checksums);
 - its root attribute ``area`` equals its name (``Area_1.h5`` holds ``Area_1``; :func:`pointgeope.h5.open_area`);
 - it opens as HDF5 with this schema version, and holds at least one room;
-- each room is a group of arrays only (:func:`pointgeope.h5.room_group`, :func:`pointgeope.h5.check_members`,
-  the owners of that check, which the points checksum and the readers of a room share), and has ``coord``
+- each room is a group of arrays only, each under its one name (no link, to nothing, in a loop or to another
+  room's points: :func:`pointgeope.h5.room_group`, :func:`pointgeope.h5.check_members`, the owners of that
+  check, which the points checksum and the readers of a room share), and has ``coord``
   float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``, ``instance`` int32 ``(N,)`` with
   ``N >= 1``, every coordinate finite, ``normal`` float16 ``(N, 3)`` finite and of unit length where the room
   has it (files of an older prepare have none), an extent within the limit the file was prepared with (root

@@ -230,3 +230,65 @@ def test_a_link_that_points_nowhere_is_one_line_from_every_reader(tmp_path, kind
             read()
         assert str(err.value) == line, name
     assert read_room(path, "s")["label"].tolist() == (np.arange(6) % 13).tolist()  # the other room reads
+
+
+_TWICE = "which prepare never writes: its points would be read twice, under two names"
+
+
+_ROOM_LINKS = {  # kind -> what a reader finds in place of room t
+    "hard": f"an object also named '/{{other}}' (an HDF5 hard link), {_TWICE}",
+    "soft": f"a link to '/s', {_TWICE}",
+    "external": "a link to '/q' in file 'Area_2.h5', which prepare never writes: another file's points would be "
+                "read as this one's",
+    "loop": "a link to '/t', a loop of links that leads nowhere",
+}
+
+
+@pytest.mark.parametrize("kind", list(_ROOM_LINKS))
+def test_a_room_that_is_a_link_is_refused_by_every_reader(tmp_path, kind):
+    """A room ``t`` that is another room under a second name (a hard link, ``f["t"] = f["s"]``; a soft link to
+    ``/s``), a room of another file (an external link) or a link to itself: the first three passed the area
+    check, the points checksum and the list of rooms (``s``'s points read twice, under two names: trained on and
+    scored twice), the loop was HDF5's RuntimeError "too many links" (a traceback) from each of them. A hard
+    link's two names are one object's: the first one read is refused, naming the other."""
+    from pointgeope.checksum import points_checksum
+    from pointgeope.h5 import list_rooms, read_room
+
+    _area(tmp_path / "Area_2.h5", {"q": _room(4)})
+    path = _area(tmp_path / "Area_1.h5", {"r": _room(5), "s": _room(6)})
+    with h5py.File(path, "r+") as f:
+        f["t"] = {"hard": f["s"], "soft": h5py.SoftLink("/s"), "loop": h5py.SoftLink("/t"),
+                  "external": h5py.ExternalLink("Area_2.h5", "/q")}[kind]
+    readers = {"check": lambda: check_area(path), "read_room": lambda: read_room(path, "t"),
+               "points_checksum": lambda: points_checksum(path), "list_rooms": lambda: list_rooms(path)}
+    for name, read in readers.items():
+        room = "s" if kind == "hard" and name != "read_room" else "t"  # in file order, s comes first
+        with pytest.raises(SchemaError) as err:
+            read()
+        found = _ROOM_LINKS[kind].format(other="st".replace(room, ""))
+        assert str(err.value) == (f"{path}: expected {room!r} to be a room (a group), found {found}; run "
+                                  "`pointgeope prepare` again"), name
+    assert read_room(path, "r")["label"].tolist() == (np.arange(5) % 13).tolist()  # the other room reads
+
+
+@pytest.mark.parametrize("kind", ["hard", "soft", "loop"])
+def test_a_member_that_is_a_link_is_refused_naming_the_room(tmp_path, kind):
+    """A room's ``label`` that is another room's under a second name (hard or soft link; rooms of one size, so
+    that its length is right) or a loop of links: the area check and the points checksum passed the first two
+    (the labels of ``r`` read as ``s``'s), the loop was a RuntimeError traceback."""
+    from pointgeope.checksum import points_checksum
+
+    path = _area(tmp_path / "Area_1.h5", {"r": _room(5), "s": _room(5)})
+    with h5py.File(path, "r+") as f:
+        del f["s/label"]
+        f["s/label"] = {"hard": f["r/label"], "soft": h5py.SoftLink("/r/label"),
+                        "loop": h5py.SoftLink("/s/label")}[kind]
+    found = {"hard": f"an object also named '/s/label' (an HDF5 hard link), {_TWICE}",
+             "soft": f"a link to '/r/label', {_TWICE}",
+             "loop": "a link to '/s/label', a loop of links that leads nowhere"}[kind]
+    room = "r" if kind == "hard" else "s"  # r's label, read first, is also named /s/label
+    line = f"{path}: room {room!r}: expected 'label' to be an array, found {found}; run `pointgeope prepare` again"
+    for name, read in {"check": lambda: check_area(path), "points_checksum": lambda: points_checksum(path)}.items():
+        with pytest.raises(SchemaError) as err:
+            read()
+        assert str(err.value) == line, name

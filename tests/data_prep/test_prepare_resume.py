@@ -33,11 +33,14 @@ def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
     assert not (tmp_path / "out/.work").exists()
 
 
-@pytest.mark.parametrize("member", ["link", "group"])
+@pytest.mark.parametrize("member", ["link", "loop", "group", "room link"])
 def test_a_damaged_work_file_is_parsed_again(tmp_path, monkeypatch, member):
     """A work file of an interrupted run whose room's ``label`` is a link that points nowhere (or a group): the
     resume took the room from it and ended in h5py's KeyError (a traceback), or in a line that said to run
-    prepare again, which took it again; the room is now parsed again and the files are those of a clean run."""
+    prepare again, which took it again; the room is now parsed again and the files are those of a clean run.
+    So is one whose room is a link to a group of another name (``room link``), which prepare never writes, and
+    which the resume took as it was, and one whose ``label`` is a link to itself (``loop``): HDF5's RuntimeError
+    "too many links" ended the resume (a traceback)."""
     raw = five_rooms(tmp_path / "raw")
     prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
     _count_parsed(monkeypatch, fail_after=2)
@@ -46,10 +49,15 @@ def test_a_damaged_work_file_is_parsed_again(tmp_path, monkeypatch, member):
     work = next(p for p in sorted((tmp_path / "out/.work").rglob("*.h5")) if not p.name.startswith("."))
     with h5py.File(work, "a") as f:
         (room,) = list(f)
-        del f[f"{room}/label"]
-        if member == "link":
-            f[f"{room}/label"] = h5py.SoftLink("/gone")
+        if member == "room link":
+            f.move(room, "held")
+            f[room] = h5py.SoftLink("/held")
+            f["held/label"][0] = (f["held/label"][0] + 1) % 13  # a room taken from it would differ from RAW
         else:
+            del f[f"{room}/label"]
+        if member in ("link", "loop"):
+            f[f"{room}/label"] = h5py.SoftLink("/gone" if member == "link" else f"/{room}/label")
+        elif member == "group":
             f[room].create_group("label")
     parsed = _count_parsed(monkeypatch)
     prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
