@@ -253,6 +253,42 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     assert len(calls["prefix"]) == norms and calls["plain"] == calls["relu"] == []
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_padded_step_runs_the_compiled_plain_kernel_by_default(monkeypatch, kernel_failures_forgotten):
+    """On CUDA, ``POINTGEOPE_KERNELS`` unset (the compiled kernels, the CUDA defaults): the padded float64 PTv1 (rpe)
+    step runs every block's third norm on the plain kernel over its real prefix and no torch-ops prefix batch
+    norm, and equals the unpadded step on torch's paths (real logits, loss, every gradient and running buffer);
+    no kernel fell back. The batch and its hierarchy are made on the CPU (test_padding.py's) and moved."""
+    from pointgeope.model import PointTransformerSeg
+    from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe="rpe", **SMALL).double().train()
+    coord, feat, offset, label = _batch()
+    h, sizes, prefixes, (pc, pf, po, pl, ph) = _padded(model, coord, feat, offset, label)
+    cuda = torch.device("cuda")
+    model = model.to(cuda)
+    twin = copy.deepcopy(model)
+    coord, feat, offset, label, pc, pf, pl = (t.to(cuda) for t in (coord, feat, offset, label, pc, pf, pl))
+    h, ph, prefixes = h.to(cuda), ph.to(cuda), {rows: valid.to(cuda) for rows, valid in prefixes.items()}
+    with forced("torch"):
+        want = model(coord, feat, offset, hierarchy=h)
+        F.cross_entropy(want, label, ignore_index=IGNORE).backward()
+    plain_calls, plain = [], norm.PLAIN_KERNEL.triton
+    monkeypatch.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: plain_calls.append(a[8]) or plain(*a))
+    monkeypatch.setattr(norm, "prefix_batch_norm", lambda *a: pytest.fail("the torch ops' prefix batch norm ran"))
+    with padding.batch_rows(prefixes):
+        got = twin.body(pc, pf, ph)
+    loss = F.cross_entropy(got, pl, ignore_index=IGNORE)
+    loss.backward()
+    thirds = sum(type(m) is norm.BatchNorm for m in model.modules())
+    assert len(plain_calls) == thirds >= 6 and all(v is not None for v in plain_calls)
+    assert kernels.failures() == {}
+    assert_same_step(model, twin, want, label, got, loss)
+
+
 def test_a_cuda_default_in_padded_batches_only(monkeypatch):
     """``batch_norm`` is a CUDA default inside ``padding.batch_rows`` (a padded batch, where its torch path is the
     prefix statistics' torch ops) and opt-in outside it (torch's ``BatchNorm1d`` was faster unpadded): on CUDA
