@@ -39,10 +39,13 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                the node's CPU, each making 80k-point blocks and their hierarchies (``data.hierarchy: loader``);
                ``batch_s``, their time for the 16 samples of the recipe's batch, against the step's
     graphs     (CUDA) ``bench_graphs.py``: the given-hierarchy step at ``--clouds`` x ``--points`` (rpe, geope;
-               float32, bf16) eager and as a CUDA graph of its padded batch (``train.cuda_graphs``), interleaved:
-               both times, their ratio, the recording's seconds and memory, the two losses' agreement
+               float32, bf16) eager and as a CUDA graph of its padded batch (``train.cuda_graphs``), and the padded
+               step eagerly, each padded one with its third norm on the plain kernel (the default) and on the torch
+               ops' prefix statistics (the former default), interleaved: the times, their ratios
+               (``graph_vs_prefix_ops``, ``padded_vs_prefix_ops``), the recordings' seconds and memory, the losses'
+               agreement
     graphs16   (CUDA) the same at the recipe's batch, ``--norm-clouds`` (16) x ``--points``, in ``--graphs16-amps``
-               (bf16: float32's eager peak and the graph's pool together need an H200's memory)
+               (bf16: float32's eager peak and the graphs' pool together need an H200's memory)
     relation_backward  (CUDA) ``bench_relation_backward.py``: the attention's backward (standard GeoPE's and the
                plain relation, the aggregation) summed with atomics and by source point, at every stage of the
                16 x 80k batch, float32 and bf16, each checked equal; the sorted kernels' tiles swept at stages
@@ -302,7 +305,7 @@ def parse_args() -> argparse.Namespace:
         help="fold_estimate: the recipe whose loop, batch_size, epochs and voxel_max a fold's time follows")
     limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=60, published=45,
                   tests=180, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100,
-                  graphs=80, graphs16=120, loader=60)
+                  graphs=110, graphs16=150, loader=60)   # graphs: two graphs and two padded steps a case
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])

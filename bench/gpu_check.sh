@@ -9,7 +9,7 @@
 # decides a default: graphs, bench16, graphs16, norm_op, norm, relation_backward; then the targets measured
 # before, the loader, PTv3) and a call records the steps its --budget leaves out as skipped. One call a session (docs/gpu.md):
 #   PYTHON=python3 bash bench/gpu_check.sh --budget 480                     # the run tool's timeout 570 s
-#   bench/gpu_check.sh --budget 480 --no-graphs --no-norm --no-relation-backward   # a later session: the rest
+#   bench/gpu_check.sh --budget 480 --no-bench --no-published --no-norm --no-relation-backward --no-loader --no-hierarchy --no-ptv3 --graphs16-amps none bf16   # docs/gpu.md's next call
 #   bench/gpu_check.sh --train --evaluate    # also synth tiny -> prepare -> train.py 1 epoch -> evaluate
 #   PYTHON=python3.12 bench/gpu_check.sh ... # the interpreter (default python3); no install needed
 # Wheels in .whl/ (bench/gpu_wheels.sh) are installed first, into /tmp/pointgeope_site, without an index.

@@ -51,7 +51,8 @@ def step_loader(check: Check, py: str) -> None:
 
 
 def step_graphs(check: Check, py: str) -> None:
-    """``bench_graphs.py``: the 2 x 80k step eager and as a CUDA graph, float32 and bf16, interleaved."""
+    """``bench_graphs.py``: the 2 x 80k step eager, as a CUDA graph and padded eagerly, the padded ones with their
+    third norm on the plain kernel and on the torch ops' prefix statistics, float32 and bf16, interleaved."""
     a = check.args
     data = result_path(check, "bench_graphs.json")
     cmd = [py, "bench/bench_graphs.py", "--out", str(data), "--device", "cuda", "--points", str(a.points),

@@ -9,7 +9,7 @@ and one graph is recorded per such size, at most :data:`MAX_GRAPHS`::
     batch (n points, B clouds, its hierarchy given)
       -> padded to N_0 > n at every stage by one dummy cloud            (padding.pad_batch)
       -> copied into the graph's inputs; replay: forward, float32 loss, backward
-         (batch norm over the real rows: padding.batch_rows)
+         (batch norm over the real rows: padding.batch_rows; on CUDA both norms' Triton kernels, model/norm.py)
       -> the graph's gradients become the parameters' .grad; eager: clip, optimiser step, schedule
       -> the loss read once (as the eager step does), the real rows' logits returned
 

@@ -11,7 +11,9 @@ registered case) by being registered.
 **Which path.** :mod:`pointgeope.model.kernel_choice` reads the switches (``POINTGEOPE_KERNELS``,
 ``TRITON_INTERPRET``): ``torch``: torch everywhere; ``triton``: Triton wherever it can run (:func:`runs_on`:
 CUDA tensors, CPU tensors under the interpreter); unset: Triton on CUDA only, but for the kernels registered
-opt-in (``cuda_default=False``: not shown to pay on a GPU), which run with ``triton`` only. Kernels that
+opt-in (``cuda_default=False``: not shown to pay on a GPU), which run with ``triton`` only, and those that are a
+CUDA default in some calls only (``cuda_default`` a :class:`DefaultWhere`, asked at each call: the plain batch
+norm inside a padded batch), elsewhere opt-in. Kernels that
 sum with atomics (linear GeoPE's fused relation; the other fused attention ops when ``gather_backward.SCATTER``
 is ``atomic``: a kernel's ``atomics`` may be a function, asked at each call) leave Triton whenever
 ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums.
@@ -45,8 +47,8 @@ import torch
 from pointgeope.model.kernel_choice import PATHS, KernelChoiceError, current
 
 __all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "KernelArgumentError", "Kernel", "CheckCase",
-           "register", "registered", "triton_imports", "use_triton", "runs_on", "require_runs_on", "check_runnable",
-           "failures", "reset", "status", "FAILURES", "launch_device"]
+           "DefaultWhere", "register", "registered", "triton_imports", "use_triton", "runs_on", "require_runs_on",
+           "check_runnable", "failures", "reset", "status", "FAILURES", "launch_device"]
 
 
 class KernelFallbackWarning(RuntimeWarning):
@@ -176,6 +178,16 @@ class CheckCase:
     tolerance: float
 
 
+@dataclass(frozen=True)
+class DefaultWhere:
+    """A kernel's ``cuda_default`` where it pays in some calls only: a CUDA default where ``holds()`` (asked at
+    each call, as a function ``atomics`` is), elsewhere opt-in; ``where`` names those calls in ``pointgeope info``
+    (``"in padded batches"``)."""
+
+    where: str
+    holds: Callable[[], bool]
+
+
 @dataclass
 class Kernel:
     """A Triton kernel and its torch path (module docstring). ``check(device, points, pairs)`` gives its
@@ -186,16 +198,21 @@ class Kernel:
     torch: Callable[..., Any]
     atomics: bool | Callable[[], bool] = False      # or asked at each call: a kernel with a choice of sums
     check: Callable[[torch.device, int, int], list[CheckCase]] | None = None
-    cuda_default: bool = True        # False: opt-in, Triton only with POINTGEOPE_KERNELS=triton
+    cuda_default: bool | DefaultWhere = True      # False: opt-in, Triton only with POINTGEOPE_KERNELS=triton
     ran: set[str] = field(default_factory=set, compare=False, repr=False)    # paths :meth:`dispatch` took
 
     def sums_with_atomics(self) -> bool:
         """Whether the kernel sums with atomics now (``atomics``, called if a function)."""
         return self.atomics() if callable(self.atomics) else self.atomics
 
+    def default_here(self) -> bool:
+        """Whether the kernel is a CUDA default for this call: ``cuda_default``, asked if a :class:`DefaultWhere`."""
+        default = self.cuda_default
+        return default.holds() if isinstance(default, DefaultWhere) else default
+
     def enabled(self, device: torch.device) -> bool:
         """Whether a call for tensors on ``device`` runs the Triton function."""
-        opted_in = self.cuda_default or current().path == "triton"
+        opted_in = self.default_here() or current().path == "triton"
         return opted_in and use_triton(self.name, device, self.sums_with_atomics())
 
     def __call__(self, device: torch.device, *args, **kwargs):
@@ -251,7 +268,7 @@ _REGISTRY: dict[str, Kernel] = {}
 def register(name: str, triton: Callable[..., Any], torch: Callable[..., Any],
              atomics: bool | Callable[[], bool] = False,
              check: Callable[[torch.device, int, int], list[CheckCase]] | None = None,
-             cuda_default: bool = True) -> Kernel:
+             cuda_default: bool | DefaultWhere = True) -> Kernel:
     """Add a kernel (module docstring) and return it; a module imported again replaces its kernels."""
     _REGISTRY[name] = kernel = Kernel(name, triton, torch, atomics, check, cuda_default)
     return kernel
@@ -291,9 +308,11 @@ def status() -> str:
         return "torch on every device (POINTGEOPE_KERNELS=torch)"
     if not triton_imports():
         return "torch (Triton does not import)"
-    opt_in = ", ".join(k.name for k in registered() if not k.cuda_default)
+    opt_in = ", ".join(k.name for k in registered() if k.cuda_default is False)
+    some = ", ".join(f"{k.name} {k.cuda_default.where}" for k in registered() if isinstance(k.cuda_default,
+                                                                                           DefaultWhere))
     where = ("Triton on CUDA, and on the CPU under TRITON_INTERPRET=1 (POINTGEOPE_KERNELS=triton)" if path
-             else "Triton on CUDA, torch on the CPU" + (f" (opt-in with POINTGEOPE_KERNELS=triton: {opt_in})"
-                                                       if opt_in else ""))
+             else "Triton on CUDA" + (f" ({some} only; elsewhere with POINTGEOPE_KERNELS=triton)" if some else "")
+             + ", torch on the CPU" + (f" (opt-in with POINTGEOPE_KERNELS=triton: {opt_in})" if opt_in else ""))
     failed = "; ".join(f"{k} fell back to torch ({e})" for k, e in failures().items())
     return where + (f"; {failed}" if failed else "")

@@ -23,13 +23,18 @@ index. Where the kernel does not run (the CPU, ``POINTGEOPE_KERNELS=torch``, inp
 **Which path.** The kernel is registered (:mod:`pointgeope.model.kernels`, ``batch_norm_relu``) as a CUDA default,
 as the other Triton kernels are: on an H200 (GPU run 6) it took the published 16 x 80k step to 0.91-0.92x its time
 with torch's batch norm and ReLU, and 0.94-0.95x its peak memory, float32 and bf16, ``rpe`` and ``geope``; run 8 the
-same in float32, in bf16 0.93x ``geope`` and 1.01x ``rpe`` (``docs/gpu.md``). The
-plain norm is registered beside it (``batch_norm``, its own ``info --check`` case), the same kernels with the
-activation a compile-time flag, but opt-in (``cuda_default=False``: it runs with ``POINTGEOPE_KERNELS=triton`` only,
-elsewhere torch's ``BatchNorm1d``): on an H200 (GPU run 8, ``bench/bench_norm.py``'s plain cases) it took 1.03-2.21x
-the time of torch's ``BatchNorm1d`` at the recipe batch's rows and widths, forward + backward, bf16 and float32.
-``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter
-(``POINTGEOPE_KERNELS=triton``). A kernel that fails falls back to the torch path. The functions
+same in float32, in bf16 0.93x ``geope`` and 1.01x ``rpe`` (``docs/gpu.md``). The plain norm is registered beside it
+(``batch_norm``, its own ``info --check`` case), the same kernels with the activation a compile-time flag, and is a
+CUDA default in padded batches only (``cuda_default``: a :class:`~pointgeope.model.kernels.DefaultWhere` asking
+:func:`pointgeope.model.padding.padded` at each call); elsewhere it is opt-in (``POINTGEOPE_KERNELS=triton``) and
+torch's ``BatchNorm1d`` runs. Unpadded, torch's ``BatchNorm1d`` (2 to 3 passes over the rows) was faster: on an
+H200 (GPU run 8, ``bench/bench_norm.py``'s plain cases) the kernel took 1.03-2.21x its time at the recipe batch's
+rows and widths, forward + backward, bf16 and float32. Padded, the torch path is not ``BatchNorm1d`` but the
+prefix statistics on torch ops (:func:`~pointgeope.model.prefix_norm.prefix_batch_norm`: about 11 passes forward
+and 15 backward, where the kernel makes 2 and 3), so there the kernel is the default; that choice rests on the
+pass counts and is not yet measured on a GPU (the GPU check's ``graphs`` and ``graphs16`` steps time both,
+``bench/bench_graphs.py``). ``POINTGEOPE_KERNELS=torch`` turns both kernels off; CPU tensors take them under the
+interpreter (``POINTGEOPE_KERNELS=triton``). A kernel that fails falls back to the torch path. The functions
 (:func:`batch_norm_relu`, :func:`batch_norm`) refuse what ``F.batch_norm`` refuses, in one line before any kernel
 (:func:`check_arguments`: shapes, dtypes, devices, one row in training), and hand what the kernel does not take to
 torch as the modules do (:func:`~pointgeope.model.norm_arguments.kernel_takes`): a caller's mistake never turns the
@@ -37,11 +42,11 @@ kernel off.
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
 training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`: what
-the CUDA-graph step runs (``engine/graphs.py``). Both do it on the kernels where they run (the real row count
-read on the device: the statistics' reductions stop there, and only those rows take the statistics' part of
-the gradient), else on torch ops (:func:`~pointgeope.model.prefix_norm.prefix_batch_norm`: about 11 passes over
-the rows forward and 15 backward, where the kernels make 2 and 3; also for ``momentum=None``, whose step is a
-tensor).
+the CUDA-graph step runs (``engine/graphs.py``). Both do it on the kernels where they run (on CUDA by default:
+inside :func:`~pointgeope.model.padding.batch_rows` both kernels are defaults; the real row count read on the
+device: the statistics' reductions stop there, and only those rows take the statistics' part of the gradient),
+else on torch ops (:func:`~pointgeope.model.prefix_norm.prefix_batch_norm`; also for ``momentum=None``, whose step
+is a tensor).
 
 **DDP.** The engine keeps batch norm per process (as published). For synchronised statistics use
 :func:`convert_sync_batchnorm`: torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` would turn a
@@ -227,7 +232,8 @@ def batch_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, running_me
                running_var: Tensor | None = None, batch_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5,
                valid: Tensor | None = None) -> Tensor:
     """:func:`batch_norm_relu` without the ReLU (``F.batch_norm``'s value), on the path :data:`PLAIN_KERNEL`
-    chooses: the same kernels with the activation compiled out."""
+    chooses: the same kernels with the activation compiled out (a CUDA default inside
+    :func:`~pointgeope.model.padding.batch_rows` only: a ``valid`` given outside it takes the torch ops there)."""
     return _functional(False, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
 
 
@@ -337,6 +343,9 @@ def _fused(relu: bool):
 # A CUDA default since GPU run 6 (module docstring): 0.91-0.92x the recipe's step.
 KERNEL = kernels.register("batch_norm_relu", _fused(relu=True), reference, atomics=False,
                           check=partial(check_cases, True))
-# The same kernels without the ReLU (a block's third norm); opt-in: 1.03-2.21x torch's BatchNorm1d in GPU run 8.
+# The same kernels without the ReLU (a block's third norm): a CUDA default in padded batches only (module docstring:
+# there its torch path is the prefix statistics' ~11 + 15 passes, against the kernel's 2 + 3; not yet timed on a GPU);
+# unpadded opt-in, 1.03-2.21x torch's BatchNorm1d in GPU run 8.
 PLAIN_KERNEL = kernels.register("batch_norm", _fused(relu=False), plain_reference, atomics=False,
-                                check=partial(check_cases, False), cuda_default=False)
+                                check=partial(check_cases, False),
+                                cuda_default=kernels.DefaultWhere("in padded batches", padding.padded))

@@ -34,7 +34,8 @@ from torch import Tensor
 
 from pointgeope.model.ops.hierarchy import PointHierarchy
 
-__all__ = ["stage_sizes", "padded_sizes", "pad_batch", "pad_hierarchy", "row_prefixes", "batch_rows", "valid_rows"]
+__all__ = ["stage_sizes", "padded_sizes", "pad_batch", "pad_hierarchy", "row_prefixes", "batch_rows", "valid_rows",
+           "padded"]
 
 _ROWS: ContextVar[dict[int, Tensor] | None] = ContextVar("pointgeope_batch_rows", default=None)
 
@@ -129,3 +130,9 @@ def valid_rows(rows: int) -> Tensor | None:
     if rows not in prefixes:
         raise ValueError(f"a batch norm over {rows} rows inside a padded batch of row counts {sorted(prefixes)}")
     return prefixes[rows]
+
+
+def padded() -> bool:
+    """Whether this code runs inside :func:`batch_rows`: a padded batch's step (what ``norm.PLAIN_KERNEL``'s CUDA
+    default asks at each call). No value is read."""
+    return _ROWS.get() is not None

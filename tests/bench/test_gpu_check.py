@@ -145,7 +145,8 @@ def _header_calls() -> list[list[str]]:
 def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     """On a GPU (the plan only: nothing runs) the header's calls parse; a plain run takes every step once, the
     tests and the kernel check before any timing, and the paths no GPU has measured (each deciding a default)
-    before the targets measured earlier; the later session's call skips three of them and keeps the rest."""
+    before the targets measured earlier; the header's second call is docs/gpu.md's next call, word for word:
+    the tests, the kernel check and the two graph steps."""
     import gpu_check
 
     def steps(args: list[str]) -> list[str]:
@@ -156,7 +157,8 @@ def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     assert len(set(first)) == len(first) and first == steps([])
     assert first[:4] == ["info", "tests", "check", "warm"]
     assert first[4:10] == ["graphs", "bench16", "graphs16", "norm_op", "norm", "relation_backward"]
-    assert set(first) - set(later) == {"graphs", "norm", "relation_backward"} and "bench16" in later
+    assert later == ["info", "tests", "check", "graphs", "graphs16"]
+    assert _header_calls()[1] == _next_call()
 
 
 @pytest.mark.parametrize("config, train_amp, eval_amp, tested", [
@@ -302,7 +304,7 @@ def test_the_next_call_fits_its_budget_at_run_8s_times(monkeypatch):
     times = _timeline(limits, _run_steps("h200_run8"))
     ran_out = [run["tests"]["seconds"] for run in _run_steps("h100_run7", "h200_run8")
                if run["tests"]["rc"] == "timeout"]
-    assert {"tests", "check", "bench16", "norm_op", "norm", "published"} <= set(limits)
+    assert {"tests", "check", "graphs", "graphs16"} <= set(limits)
     assert limits["tests"] > max(ran_out), (limits["tests"], ran_out)
     assert all(budget - start >= 15 for start, _ in times.values()), times
     assert max(end for name, (_, end) in times.items() if name != list(times)[-1]) <= budget, times
@@ -322,14 +324,26 @@ def test_the_next_calls_seconds_in_docs_are_run_8s(monkeypatch):
     assert (int(end), int(left)) == (round(times[before][1]), int(budget) - round(times[before][1])), times
 
 
-def test_the_next_call_times_the_norm_op_even_at_its_slowest_steps(monkeypatch):
-    """The norms' timing alone (``norm_op``) starts with the 15 s a step needs left of docs/gpu.md's next call's
-    --budget even with every step before it at the longest of run 6's (H200), run 7's (H100) and run 8's (H200,
-    the tests at their limit) seconds, and bench16 and the unmeasured steps at their limits."""
+def test_the_next_call_times_both_graph_steps_even_at_their_limits(monkeypatch):
+    """docs/gpu.md's next call (the padded step's third norm on the plain kernel) runs ``graphs`` and ``graphs16``,
+    the latter in float32 and bf16; with ``graphs`` at its whole limit (it now records two graphs a case and times
+    two more steps than run 8's) and the steps before it at run 8's seconds (the tests at their limit),
+    ``graphs16`` still starts with its whole limit left, and the docs say those seconds."""
     call = _next_call()
     limits = _limits(monkeypatch, call)
-    times = _timeline(limits, _run_steps("h200_run6", "h100_run7", "h200_run8"))
-    assert "norm_op" in limits and float(call[call.index("--budget") + 1]) - times["norm_op"][0] >= 15, times
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", *call])
+    import gpu_check
+
+    assert list(limits)[-2:] == ["graphs", "graphs16"] and gpu_check.parse_args().graphs16_amps == ["none", "bf16"]
+    run8 = [{name: step for name, step in run.items() if name != "graphs"} for run in _run_steps("h200_run8")]
+    times = _timeline(limits, run8)
+    budget = float(call[call.index("--budget") + 1])
+    assert budget - times["graphs16"][0] >= limits["graphs16"], times
+    text = " ".join((REPO / "docs" / "gpu.md").read_text().split("**The next call.**")[1].split("\n\n")[0].split())
+    said = re.search(r"it may take its whole (\d+) s limit: then (\d+) s, and `graphs16` still has its (\d+) s", text)
+    assert said, "docs/gpu.md's next call no longer says when graphs ends at its limit"
+    assert [int(x) for x in said.groups()] == [round(limits["graphs"]), round(times["graphs"][1]),
+                                                round(limits["graphs16"])], times
 
 
 def test_a_tests_step_cut_short_records_what_had_reported(tmp_path):

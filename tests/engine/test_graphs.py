@@ -149,24 +149,27 @@ def test_the_bench_compares_the_two_steps(tmp_path):
 
 def test_the_bench_frees_each_case_before_recording_the_next(monkeypatch):
     """``bench_graphs.run`` holds one case at a time: when a preset x precision's graphed cases are built, no
-    earlier case and no earlier recorder (on CUDA: its graph's memory pool) is referenced any more; within a
-    case the rounds interleave eager, graph and padded eager steps."""
+    earlier case and no earlier recorder (on CUDA: its graphs' memory pool) is referenced any more; within a
+    case the rounds interleave the eager step and the graphed and padded eager steps with the third norm on the
+    plain kernel and on the torch ops' prefix statistics (each side's steps inside its ``third_norm``)."""
     import sys
     import weakref
     from pathlib import Path
 
+    from pointgeope.model import norm
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import bench_graphs
 
-    built, order = [], []
+    built, order, defaults = [], [], []
 
     class Tracked(bench_graphs.GraphCase):
-        def __init__(self, preset, inputs, amp, device, rerun=False):
+        def __init__(self, preset, inputs, amp, device, rerun=False, third="kernel", recorder=None):
             held = [key for key, case, recorder in built if key != (preset, amp) and (case() or recorder())]
             assert not held, f"{held} still referenced when {preset}/{amp} is built"
-            super().__init__(preset, inputs, amp, device, rerun)
+            super().__init__(preset, inputs, amp, device, rerun, third, recorder)
             built.append(((preset, amp), weakref.ref(self), weakref.ref(self.graphed.recorder)))
-            self.label = ("padded_eager" if rerun else "graph", amp)
+            self.label = ("padded_eager" if rerun else "graph") + ("" if third == "kernel" else "_prefix_ops"), amp
 
         def step(self, given):
             order.append(self.label)
@@ -183,16 +186,50 @@ def test_the_bench_frees_each_case_before_recording_the_next(monkeypatch):
 
     monkeypatch.setattr(bench_graphs, "GraphCase", Tracked)
     monkeypatch.setattr(bench_graphs, "Case", Eager)
+    call, registered = graphs.GraphedStep.__call__, norm.PLAIN_KERNEL.cuda_default
+    monkeypatch.setattr(graphs.GraphedStep, "__call__",
+                        lambda step, *a: defaults.append(norm.PLAIN_KERNEL.cuda_default) or call(step, *a))
     args = SimpleNamespace(device="cpu", points=1000, clouds=1, presets=["rpe"], amps=["none", "bf16"], reps=2,
                            warmup=0, budget=600.0)             # bf16: float32 on the CPU, a second case all the same
     out = {}
     bench_graphs.run(args, out, lambda: None)
-    assert [key for key, _, _ in built] == [("rpe", "none")] * 2 + [("rpe", "bf16")] * 2
-    assert order == [(label, amp) for amp in ("none", "bf16") for _ in range(2)
-                     for label in ("eager", "graph", "padded_eager")]
+    sides = ("graph", "graph_prefix_ops", "padded_eager", "padded_eager_prefix_ops")
+    assert [key for key, _, _ in built] == [("rpe", "none")] * 4 + [("rpe", "bf16")] * 4
+    assert order == [(label, amp) for amp in ("none", "bf16") for _ in range(2) for label in ("eager", *sides)]
+    # each graphed step inside its side's third_norm: the registered default, or opt-in (False) for the torch ops
+    assert defaults == [default for _ in ("none", "bf16") for default in [registered, False]
+                        + [registered, False, registered, False] * 2] and norm.PLAIN_KERNEL.cuda_default is registered
     for row in out["cases"].values():
-        assert row["reps"] == 2 and row["recorded"] == 1 and row["graph_s"] > 0 and row["padded_eager_s"] > 0
+        assert row["reps"] == 2 and row["recorded"] == row["prefix_ops_recorded"] == 1
+        assert all(row[f"{side}_s"] > 0 for side in sides)
         assert row["ratio"] == row["graph_s"] / row["eager_s"]
+        assert row["graph_vs_prefix_ops"] == row["graph_s"] / row["graph_prefix_ops_s"]
+        assert row["padded_vs_prefix_ops"] == row["padded_eager_s"] / row["padded_eager_prefix_ops_s"]
+
+
+def test_the_benchs_two_third_norms_take_their_paths(monkeypatch):
+    """``bench_graphs.third_norm``: inside a padded batch on CUDA tensors (a device name: nothing runs), with
+    ``POINTGEOPE_KERNELS`` unset, ``"kernel"`` leaves the plain kernel its default (it runs) and ``"prefix_ops"``
+    makes it opt-in as it was (the torch ops' prefix statistics run); the registration is back after each, and
+    another path is refused."""
+    import sys
+    from pathlib import Path
+
+    from pointgeope.model import kernels, norm, padding
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import bench_graphs
+
+    cuda, registered = torch.device("cuda"), norm.PLAIN_KERNEL.cuda_default
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
+    with padding.batch_rows({}):
+        for path, runs in (("kernel", kernels.triton_imports()), ("prefix_ops", False)):
+            with bench_graphs.third_norm(path):
+                assert norm.PLAIN_KERNEL.enabled(cuda) == runs, path
+            assert norm.PLAIN_KERNEL.cuda_default is registered
+    with pytest.raises(ValueError, match="expected a third norm's path in"), bench_graphs.third_norm("torch"):
+        pass
 
 
 def test_the_capture_records_the_sorts_of_the_batch_it_records(monkeypatch):
@@ -313,3 +350,35 @@ def test_every_graph_of_a_run_is_captured_on_one_stream(monkeypatch):
     captures = [stream for kind, stream in used if kind == "capture"]
     assert len(captures) == 3 and all(stream is captures[0] for stream in captures), captures
     assert captures[0].device == torch.device("cuda", 1)
+
+
+def test_a_graphed_step_runs_the_third_norm_on_the_plain_kernel_by_default(monkeypatch, kernel_failures_forgotten):
+    """``POINTGEOPE_KERNELS`` unset and the norms' kernels decided as on CUDA (the CPU standing in, under Triton's
+    interpreter: ``cpu_as_cuda``): the recorded padded step runs every block's third norm on the plain kernel over
+    its real prefix, twice (the recording and its replay), and no torch-ops prefix batch norm; the graphed learner
+    ends where the eager learner on torch's path does (loss, logits, parameters, running buffers, momentum)."""
+    pytest.importorskip("triton")       # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
+    from pointgeope.model import norm
+    from tests.model.test_norm_plain import cpu_as_cuda
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    cpu_as_cuda(monkeypatch)
+    cfg, model, learner, twin, twin_learner = _pair()
+    cpu, plain_calls = torch.device("cpu"), []
+    fused = norm.PLAIN_KERNEL.triton
+    monkeypatch.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: plain_calls.append(a[8]) or fused(*a))
+    monkeypatch.setattr(norm, "prefix_batch_norm", lambda *a: pytest.fail("the torch ops' prefix batch norm ran"))
+    step = graphs.GraphedStep(cfg, learner, model, cpu, _Counting(), None, log=lambda line: None)
+    batch = _batch(model, (300, 420), 0)
+    logits, loss = step(batch)
+    thirds = sum(type(m) is norm.BatchNorm for m in model.modules())
+    assert len(plain_calls) == 2 * thirds and all(v is not None for v in plain_calls) and thirds >= 6
+    with forced("torch"):
+        want_logits, want = train_step(cfg, twin_learner, twin, batch, cpu)
+    assert loss == pytest.approx(want, rel=1e-10)
+    torch.testing.assert_close(logits, want_logits, rtol=1e-8, atol=1e-9)
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10, msg=name)
+    for a, b in zip(learner.optimizer.state.values(), twin_learner.optimizer.state.values(), strict=True):
+        torch.testing.assert_close(a["momentum_buffer"], b["momentum_buffer"], rtol=1e-8, atol=1e-10)

@@ -192,46 +192,109 @@ def test_a_failing_kernel_falls_back_to_torch_alone(interpreted, kernel, train):
     assert norm.KERNEL.enabled(x.device) and not norm.PLAIN_KERNEL.enabled(x.device)
 
 
+def cpu_as_cuda(patch) -> None:
+    """The kernel switch (``kernels.use_triton``) decides for the two norms' kernels on CPU tensors as it does for
+    CUDA ones, so that with ``POINTGEOPE_KERNELS`` unset they run where CUDA's default runs them (here under Triton's
+    interpreter): the registry's own rule (``Kernel.enabled``: ``cuda_default``, the switch, failures) decides;
+    every other kernel keeps the CPU's torch path."""
+    decide, names = kernels.use_triton, {norm.KERNEL.name, norm.PLAIN_KERNEL.name}
+    patch.setattr(kernels, "use_triton", lambda name, device, atomics=False: decide(
+        name, torch.device("cuda") if name in names else device, atomics))
+
+
 def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted):
-    """float64 PTv1 (rpe), both norms' kernels on and every other op on torch's path: the padded step (a dummy
-    cloud at every stage) equals the unpadded step with torch's batch norms (real logits, loss, every gradient
-    and running buffer); every block's third norm ran the plain kernel over its real prefix, and no torch-ops
-    prefix batch norm ran (the control: the same padded step with the kernels off runs one for every norm)."""
+    """float64 PTv1 (rpe), ``POINTGEOPE_KERNELS`` unset and the norms' kernels decided as on CUDA (``cpu_as_cuda``;
+    every other op on torch's path). The unpadded step runs every block's third norm on torch's ``BatchNorm1d`` (no
+    plain kernel). The padded step (a dummy cloud at every stage) runs every third norm on the plain kernel over
+    its real prefix and no torch-ops prefix batch norm, and equals the unpadded step on torch's batch norms (real
+    logits, loss, every gradient and running buffer). With ``POINTGEOPE_KERNELS=torch`` the same padded step runs
+    the torch ops' prefix batch norm for every norm and no kernel."""
     from pointgeope.model import PointTransformerSeg
     from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
 
-    interpreted.delenv("POINTGEOPE_KERNELS")        # unset: the CPU's torch paths, the norms' kernels turned on below
+    interpreted.delenv("POINTGEOPE_KERNELS")        # unset: the device's default, CUDA's for the norms' kernels
+    cpu_as_cuda(interpreted)
     torch.manual_seed(0)
     model = PointTransformerSeg(pe="rpe", **SMALL).double().train()
-    twin, control = copy.deepcopy(model), copy.deepcopy(model)
+    unpadded, twin, control = (copy.deepcopy(model) for _ in range(3))
     coord, feat, offset, label = _batch()
     h, sizes, prefixes, (pc, pf, po, pl, ph) = _padded(model, coord, feat, offset, label)
-    want = model(coord, feat, offset, hierarchy=h)
-    F.cross_entropy(want, label, ignore_index=IGNORE).backward()
-    ops, plain, prefix_calls = norm.prefix_batch_norm, norm.PLAIN_KERNEL.triton, []
-    interpreted.setattr(norm, "prefix_batch_norm", lambda *a: prefix_calls.append(a[0].shape) or ops(*a))
-    with padding.batch_rows(prefixes):
-        F.cross_entropy(control.body(pc, pf, ph), pl, ignore_index=IGNORE).backward()
+    with forced("torch"):
+        want = model(coord, feat, offset, hierarchy=h)
+        F.cross_entropy(want, label, ignore_index=IGNORE).backward()
+    calls = {"prefix": [], "plain": [], "relu": [], "torch": []}
+    ops, plain, relu, torch_forward = (norm.prefix_batch_norm, norm.PLAIN_KERNEL.triton, norm.KERNEL.triton,
+                                       norm.BatchNorm._torch_forward)
+    interpreted.setattr(norm, "prefix_batch_norm", lambda *a: calls["prefix"].append(a[0].shape) or ops(*a))
+    interpreted.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: calls["plain"].append(a[8]) or plain(*a))
+    interpreted.setattr(norm.KERNEL, "triton", lambda *a: calls["relu"].append(a[8]) or relu(*a))
+    interpreted.setattr(norm.BatchNorm, "_torch_forward",
+                        lambda m, x, v: calls["torch"].append(v) or torch_forward(m, x, v))
     norms = sum(isinstance(m, norm.BatchNorm) for m in model.modules())
     thirds = sum(type(m) is norm.BatchNorm for m in model.modules())
-    assert len(prefix_calls) == norms and thirds >= 6            # the control: torch ops for every norm
-    prefix_calls.clear()
-    plain_calls = []
-    interpreted.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: plain_calls.append(a[8]) or plain(*a))
-    for kernel in (norm.KERNEL, norm.PLAIN_KERNEL):
-        interpreted.setattr(kernel, "enabled", lambda device: True)
+    got = unpadded(coord, feat, offset, hierarchy=h)
+    F.cross_entropy(got, label, ignore_index=IGNORE).backward()
+    assert calls["plain"] == calls["prefix"] == [] and thirds >= 6
+    assert calls["torch"] == [None] * thirds and calls["relu"] == [None] * (norms - thirds)   # BatchNorm1d, kernel
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    for value in calls.values():
+        value.clear()
     with padding.batch_rows(prefixes):
         got = twin.body(pc, pf, ph)
     loss = F.cross_entropy(got, pl, ignore_index=IGNORE)
     loss.backward()
-    assert prefix_calls == [] and len(plain_calls) == thirds and all(v is not None for v in plain_calls)
+    assert calls["prefix"] == calls["torch"] == [] and len(calls["plain"]) == thirds
+    assert len(calls["relu"]) == norms - thirds and all(v is not None for v in calls["plain"] + calls["relu"])
+    assert_same_step(model, twin, want, label, got, loss)
+    for value in calls.values():
+        value.clear()
+    with forced("torch"), padding.batch_rows(prefixes):
+        F.cross_entropy(control.body(pc, pf, ph), pl, ignore_index=IGNORE).backward()
+    assert len(calls["prefix"]) == norms and calls["plain"] == calls["relu"] == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_padded_step_runs_the_compiled_plain_kernel_by_default(monkeypatch, kernel_failures_forgotten):
+    """On CUDA, ``POINTGEOPE_KERNELS`` unset (the compiled kernels, the CUDA defaults): the padded float64 PTv1 (rpe)
+    step runs every block's third norm on the plain kernel over its real prefix and no torch-ops prefix batch
+    norm, and equals the unpadded step on torch's paths (real logits, loss, every gradient and running buffer);
+    no kernel fell back. The batch and its hierarchy are made on the CPU (test_padding.py's) and moved."""
+    from pointgeope.model import PointTransformerSeg
+    from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe="rpe", **SMALL).double().train()
+    coord, feat, offset, label = _batch()
+    h, sizes, prefixes, (pc, pf, po, pl, ph) = _padded(model, coord, feat, offset, label)
+    cuda = torch.device("cuda")
+    model = model.to(cuda)
+    twin = copy.deepcopy(model)
+    coord, feat, offset, label, pc, pf, pl = (t.to(cuda) for t in (coord, feat, offset, label, pc, pf, pl))
+    h, ph, prefixes = h.to(cuda), ph.to(cuda), {rows: valid.to(cuda) for rows, valid in prefixes.items()}
+    with forced("torch"):
+        want = model(coord, feat, offset, hierarchy=h)
+        F.cross_entropy(want, label, ignore_index=IGNORE).backward()
+    plain_calls, plain = [], norm.PLAIN_KERNEL.triton
+    monkeypatch.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: plain_calls.append(a[8]) or plain(*a))
+    monkeypatch.setattr(norm, "prefix_batch_norm", lambda *a: pytest.fail("the torch ops' prefix batch norm ran"))
+    with padding.batch_rows(prefixes):
+        got = twin.body(pc, pf, ph)
+    loss = F.cross_entropy(got, pl, ignore_index=IGNORE)
+    loss.backward()
+    thirds = sum(type(m) is norm.BatchNorm for m in model.modules())
+    assert len(plain_calls) == thirds >= 6 and all(v is not None for v in plain_calls)
+    assert kernels.failures() == {}
     assert_same_step(model, twin, want, label, got, loss)
 
 
-def test_opt_in_until_a_gpu_run_times_it(monkeypatch):
-    """Registered opt-in (``cuda_default=False``), unlike ``batch_norm_relu``: on CUDA tensors only with
-    ``POINTGEOPE_KERNELS=triton`` (the ReLU's kernel also with the switch unset), off with ``torch``; on CPU tensors
-    only with ``triton``; ``pointgeope info``'s kernel line names it among the opt-in kernels."""
+def test_a_cuda_default_in_padded_batches_only(monkeypatch):
+    """``batch_norm`` is a CUDA default inside ``padding.batch_rows`` (a padded batch, where its torch path is the
+    prefix statistics' torch ops) and opt-in outside it (torch's ``BatchNorm1d`` was faster unpadded): on CUDA
+    tensors (a device name: nothing runs) with ``POINTGEOPE_KERNELS`` unset only inside, with ``triton`` both,
+    with ``torch`` neither; ``batch_norm_relu`` in both unless ``torch``; CPU tensors as the ReLU's kernel; under
+    deterministic algorithms still (no atomics); not after it failed; ``pointgeope info`` says where."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
     monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
@@ -240,8 +303,16 @@ def test_opt_in_until_a_gpu_run_times_it(monkeypatch):
         with forced(path) if path else contextlib.nullcontext():
             assert norm.PLAIN_KERNEL.enabled(cuda) == (path == "triton" and imports)
             assert norm.KERNEL.enabled(cuda) == (path != "torch" and imports)
+            with padding.batch_rows({}):
+                assert norm.PLAIN_KERNEL.enabled(cuda) == norm.KERNEL.enabled(cuda) == (path != "torch" and imports)
+                assert norm.PLAIN_KERNEL.enabled(cpu) == norm.KERNEL.enabled(cpu)
             assert norm.PLAIN_KERNEL.enabled(cpu) == norm.KERNEL.enabled(cpu)
-    assert not norm.PLAIN_KERNEL.enabled(cpu) and not norm.PLAIN_KERNEL.cuda_default and norm.KERNEL.cuda_default
+    assert not padding.padded() and not norm.PLAIN_KERNEL.enabled(cpu)
+    with padding.batch_rows({}):
+        monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+        assert norm.PLAIN_KERNEL.enabled(cuda) == imports
+        kernels.FAILURES.add("batch_norm", RuntimeError("ptxas fatal (injected)"))
+        assert not norm.PLAIN_KERNEL.enabled(cuda) and norm.KERNEL.enabled(cuda) == imports
     if imports:
-        opt_in = kernels.status().split("opt-in with POINTGEOPE_KERNELS=triton: ")[1].rstrip(")").split(", ")
-        assert "batch_norm" in opt_in and "batch_norm_relu" not in opt_in
+        assert "Triton on CUDA (batch_norm in padded batches only; elsewhere with POINTGEOPE_KERNELS=triton)" \
+            in kernels.status()
