@@ -106,7 +106,8 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     zip only as RAW itself, so the area would vanish from the folds without a word (an area left zipped beside
     the unpacked others). A zip beside its unpacked folder is a leftover of the unpacking, not read as before.
     The ``unzip`` command the line gives, and the zip it says to give as RAW, are quoted for a shell
-    (``'Area_3 (1).zip'``)."""
+    (``'Area_3 (1).zip'``); a zip cut short (no end record: wget or curl stopped, the name kept) is named to be
+    downloaded again first, as unzip fails on it."""
     from data_prep.zip_areas import zipped_areas
 
     named = _without_folder(ZIPPED_AREA, files, areas)
@@ -118,6 +119,8 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     them = agreeing(n, "it", "them")
     unpack = (f"unpack {location} and {them} into one folder and give that" if in_zip else
               f"unpack {them} there ({_unpack_command(first, str(first.parent))})")
+    if cut := [f for f in zipped if not in_zip and not zipfile.is_zipfile(PurePosixPath(location, f))]:
+        unpack = f"download {agreeing(n, 'it', _shown(cut))} again (no readable zip: cut short?) and {unpack}"
     if not areas and n == 1 and not in_zip:
         unpack += f", or give {quote(str(first))} itself as RAW"
     raise _left_out(location, zipped, agreeing(n, "is the zip of an area", "are the zips of areas") + " without a "
@@ -144,10 +147,14 @@ def _left_out(location: str, found: list[str], what: str, action: str, areas: di
     their areas would be left out of the folds, ``action`` (how to take them in), and where other areas have a
     folder, that removing them prepares those."""
     n = len(found)
-    shown = ", ".join(found[:5]) + (f" and {n - 5} more" if n > 5 else "")
     other = f", or remove {agreeing(n, 'it', 'them')} to prepare the other areas" if areas else ""
-    return SourceError(f"{location}: {shown} {what}: {agreeing(n, 'its area', 'their areas')} would be left out of "
-                       f"the folds; {action}{other}")
+    return SourceError(f"{location}: {_shown(found)} {what}: {agreeing(n, 'its area', 'their areas')} would be left "
+                       f"out of the folds; {action}{other}")
+
+
+def _shown(paths: list[str]) -> str:
+    """``paths`` for a line: the first five, then how many more."""
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def _unpack_command(path: PurePosixPath, folder: str) -> str:

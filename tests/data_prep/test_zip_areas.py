@@ -72,3 +72,24 @@ def test_a_zip_named_for_an_area_that_cannot_be_read_is_named_in_a_warning(tmp_p
     subprocess.run(split(re.search(r"\((unzip .*)\) and prepare again$", warning).group(1)), check=True)
     zipped.unlink()
     assert [(r.area, r.name) for r in open_source(raw).rooms()] == [("Area_1", "r"), ("Area_2", "t")]
+
+
+def test_an_areas_zip_cut_short_says_to_download_it_again(tmp_path, capsys):
+    """``Area_2.zip`` cut short (wget or curl stopped: the file keeps its name) whose area has no folder: the line
+    said only to unzip it, which fails on a zip without its end record; it now says to download it again first,
+    naming the one cut short among several."""
+    whole = _inner(tmp_path, "Area_2/t/Annotations/wall_1.txt")
+    raw = write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": ROOM, "Area_2.zip": whole[:40],
+                                        "Area_3.zip": _inner(tmp_path, "Area_3/t/Annotations/wall_1.txt")})
+    assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"pointgeope prepare: error: {raw}: Area_2.zip, Area_3.zip are the zips of areas without a folder "
+                    "here, and prepare opens no zip inside RAW: their areas would be left out of the folds; download "
+                    "Area_2.zip again (no readable zip: cut short?) and unpack them there "
+                    f"(unzip {raw}/Area_2.zip -d {raw}), or remove them to prepare the other areas")
+    (raw / "Area_3.zip").unlink()
+    assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"its area would be left out of the folds; download it again (no "
+                                                    f"readable zip: cut short?) and unpack it there (unzip "
+                                                    f"{raw}/Area_2.zip -d {raw}), or remove it to prepare the other "
+                                                    "areas")
