@@ -106,7 +106,8 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     zip only as RAW itself, so the area would vanish from the folds without a word (an area left zipped beside
     the unpacked others). A zip beside its unpacked folder is a leftover of the unpacking, not read as before.
     The ``unzip`` command the line gives, and the zip it says to give as RAW, are quoted for a shell
-    (``'Area_3 (1).zip'``)."""
+    (``'Area_3 (1).zip'``); a zip cut short (no end record: wget or curl stopped, the name kept) is named to be
+    downloaded again first, as unzip fails on it."""
     from data_prep.zip_areas import zipped_areas
 
     named = _without_folder(ZIPPED_AREA, files, areas)
@@ -117,7 +118,9 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     n, first = len(zipped), PurePosixPath(location, zipped[0])
     them = agreeing(n, "it", "them")
     unpack = (f"unpack {location} and {them} into one folder and give that" if in_zip else
-              f"unpack {them} there (unzip {quote(str(first))} -d {quote(str(first.parent))})")
+              f"unpack {them} there ({_unpack_command(first, str(first.parent))})")
+    if cut := [f for f in zipped if not in_zip and not zipfile.is_zipfile(PurePosixPath(location, f))]:
+        unpack = f"download {agreeing(n, 'it', _shown(cut))} again (no readable zip: cut short?) and {unpack}"
     if not areas and n == 1 and not in_zip:
         unpack += f", or give {quote(str(first))} itself as RAW"
     raise _left_out(location, zipped, agreeing(n, "is the zip of an area", "are the zips of areas") + " without a "
@@ -144,15 +147,21 @@ def _left_out(location: str, found: list[str], what: str, action: str, areas: di
     their areas would be left out of the folds, ``action`` (how to take them in), and where other areas have a
     folder, that removing them prepares those."""
     n = len(found)
-    shown = ", ".join(found[:5]) + (f" and {n - 5} more" if n > 5 else "")
     other = f", or remove {agreeing(n, 'it', 'them')} to prepare the other areas" if areas else ""
-    return SourceError(f"{location}: {shown} {what}: {agreeing(n, 'its area', 'their areas')} would be left out of "
-                       f"the folds; {action}{other}")
+    return SourceError(f"{location}: {_shown(found)} {what}: {agreeing(n, 'its area', 'their areas')} would be left "
+                       f"out of the folds; {action}{other}")
+
+
+def _shown(paths: list[str]) -> str:
+    """``paths`` for a line: the first five, then how many more."""
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def _unpack_command(path: PurePosixPath, folder: str) -> str:
     """The shell command that unpacks the archive ``path`` into ``folder``, by its format (quoted for a shell)."""
     lower = path.name.lower()
+    if lower.endswith(".zip"):
+        return f"unzip {quote(str(path))} -d {quote(folder)}"
     if lower.endswith(".7z"):
         return f"7z x {quote(str(path))} -o{quote(folder)}"
     if lower.endswith(".rar"):
@@ -199,17 +208,18 @@ def archive_files(paths: list[tuple[str, bool]]) -> list[str]:
     return list(out)
 
 
-def likely_areas(files: list[str], areas: dict[str, str], in_zip: bool) -> list[str]:
+def likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> list[str]:
     """The paths among ``files`` (as :func:`check_zipped_areas`) that may hold an area without a folder in
     ``areas``, by their name alone: an archive or a partial download of one whose name holds an area's as a word
     (``S3DIS_Area_3.tar.gz``, ``Area_3.gz``, ``s3dis-area-3.7z.part``), none the refusals know by name (they are
     checked first). Such a name does not say what the file holds (``Area_3_notes.tar.gz``), and a multi-GB archive
-    is not opened to see: named, not refused. A zip in a RAW folder is not among them: its members say what it
-    holds (:func:`check_zipped_areas`)."""
+    is not opened to see: named, not refused. A zip in a RAW folder is among them only where it is no readable zip
+    (cut short: no member list to read); a readable one's members say what it holds (:func:`check_zipped_areas`)."""
     numbers = _numbers(areas)
     return sorted(f for f in files if (m := _HOLDS_AREA.search(name := f.rsplit("/", 1)[-1]))
                   and int(m.group(1)) not in numbers and _ARCHIVE.fullmatch(name)
-                  and (in_zip or not name.lower().endswith(".zip")))
+                  and (in_zip or not name.lower().endswith(".zip")
+                       or not zipfile.is_zipfile(PurePosixPath(location, f))))
 
 
 def likely_area(location: str, path: str, in_zip: bool) -> str:
@@ -218,12 +228,15 @@ def likely_area(location: str, path: str, in_zip: bool) -> str:
     name = path.rsplit("/", 1)[-1]
     area = f"Area_{int(_HOLDS_AREA.search(name).group(1))}"
     first = PurePosixPath(location, path)
+    unpack = f"unpack it beside the other areas ({_unpack_command(first, str(first.parent))}) and prepare again"
     if _ARCHIVE.fullmatch(name).group("partial"):
         action = "finish the download, unpack it beside the other areas and prepare again"
+    elif not in_zip and name.lower().endswith(".zip"):  # one that cannot be read (likely_areas)
+        action = f"download it again (it is no readable zip: cut short?), {unpack}"
     elif in_zip:
         action = f"unpack {location} into a folder and it beside the areas there, then prepare that folder"
     else:
-        action = f"unpack it beside the other areas ({_unpack_command(first, str(first.parent))}) and prepare again"
+        action = unpack
     return (f"{path} may be an archive of {area}, which has no folder here (by its name; prepare opens no archive "
             f"inside RAW, so the area would be left out of the folds): if it holds the area, {action}")
 
@@ -231,7 +244,7 @@ def likely_area(location: str, path: str, in_zip: bool) -> str:
 def warn_likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:
     """A warning naming each file of :func:`likely_areas` (:func:`likely_area`): prepare goes on with the areas
     that have a folder."""
-    for path in likely_areas(files, areas, in_zip):
+    for path in likely_areas(location, files, areas, in_zip):
         print(f"warning: {location}: {likely_area(location, path, in_zip)}", file=sys.stderr)
 
 

@@ -15,7 +15,8 @@ def zipped_areas(path: str | Path) -> set[int]:
     """The area numbers ``N`` of the members of the zip ``path`` that lie in a room of an area folder (a folder named
     like an area, :data:`~data_prep.names.LIKE_AREA`, with at least a room and a file below it:
     ``Area_3/office_1/...``, ``S3DIS/area_3/office_1/...``); ``set()`` for a file that is no readable zip (not this
-    check's to judge: nothing in it would be read either way)."""
+    check's to judge: nothing in it would be read either way; one named for an area, cut short, is named in a
+    warning, :func:`data_prep.names.likely_areas`)."""
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()

@@ -74,8 +74,8 @@ def read_predictions(path: str | Path, room: str) -> np.ndarray:
 
 
 def _room(f: h5py.File, room: str) -> h5py.Group | h5py.Dataset:
-    """``f[room]``, which ``f`` holds; a link there that points nowhere is a SchemaError naming the file and the
-    room (:func:`pointgeope.h5.opened_member`)."""
+    """``f[room]``, which ``f`` holds; a link there (to nothing, in a loop or to another object) or a second name of
+    an object is a SchemaError naming the file and the room (:func:`pointgeope.h5.opened_member`)."""
     return opened_member(f, room, f"{f.filename}: expected room {room!r} to be a group of predictions",
                          f"expected {_PREDICTIONS}")
 
