@@ -7,6 +7,9 @@ on ``--device``. Backends (labels):
     cpu       numba FPS + pykdtree on the host: what a data loader worker pays (coordinates copied to the host)
     cpu_unordered  the same with the trees' queries in their given order (``knn._ORDERED_QUERIES`` out of
               reach): the baseline of the Morton order of the queries, the same result bit for bit
+    cpu_separate   the same backends with every kNN its own tree and its own search (``_separate``: the
+              hierarchy before a stage's tree served all its kNN and the transition down was gathered from
+              the stage before), the baseline of both, the same result bit for bit
     default   the device's default backends (on CUDA: the Triton kernels where Triton imports)
     triton    the Triton kernels (CUDA tensors; on the CPU only under TRITON_INTERPRET=1, far too slow to time)
     cluster   torch-cluster's kNN, where installed (with the device's default FPS: its FPS is not a backend)
@@ -17,7 +20,8 @@ rotated order, after ``--warmup`` untimed calls each: the first Triton call comp
 time is the minimum over the rounds of the wall time of one hierarchy between device synchronisations, beside
 the median and range of its per-round ratios to the first backend timed (paired). ``agree`` is the
 share of stage-0 neighbourhoods (independent of FPS) whose sets equal those of the first backend timed,
-and ``same_samples`` whether the FPS samples of every stage are equal. A backend that cannot run is
+``same_samples`` whether the FPS samples of every stage are equal and ``identical`` whether every tensor of
+the hierarchy is (bit for bit: the CPU labels against each other). A backend that cannot run is
 recorded with its error and the run goes on. Results go to ``--out`` (JSON, rewritten after every case).
 
 On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by default there):
@@ -28,6 +32,9 @@ On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by defa
                   the ``stream`` one, each checked equal to the default's samples: which to make
                   the default
     knn_variants  the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, num_warps), each checked equal
+
+With ``--parts`` (CPU labels) a third table: the seconds of one hierarchy spent in FPS and in kNN
+(``parts``: the minimum of each over ``--reps`` runs, with the run's total), the kNN share of the CPU's hierarchy.
 
 Usage: python bench/bench_hierarchy.py --out bench/results/hierarchy.json [--device cuda] [--clouds 2 16]
        [--points 80000] [--backends cpu default triton] [--reps 5] [--warmup 1] [--threads N] [--no-extra]
@@ -41,6 +48,9 @@ import functools
 import json
 import os
 import sys
+import time
+from dataclasses import fields
+from itertools import accumulate
 from pathlib import Path
 
 import torch
@@ -50,10 +60,12 @@ import interleave
 from bench_io import save_json
 from bench_model import synthetic_room
 from pointgeope.model.kernel_check import sync, timed
-from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts
+from pointgeope.model.ops import HierarchySpec, OpsBackends, PointHierarchy, counts, fps, knn, sample_counts
+from pointgeope.model.ops.hierarchy import UP_NEIGHBOURS
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
-LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "default": OpsBackends(),
+LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "cpu_separate": OpsBackends(),
+          "default": OpsBackends(),
           "triton": OpsBackends("triton", "triton"),
           "cluster": OpsBackends(knn="cluster"), "torch": OpsBackends("torch", "torch")}
 
@@ -70,9 +82,34 @@ def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.de
     if label == "cpu_unordered":
         with _unordered_queries():
             return spec(coord.to("cpu"), offset.to("cpu"))
+    if label == "cpu_separate":
+        return _separate(spec, coord.to("cpu"), offset.to("cpu").tolist())
     if label == "cpu":
         return spec(coord.to("cpu"), offset.to("cpu"))
     return spec(coord, offset)
+
+
+def _separate(spec: HierarchySpec, coord: torch.Tensor, off: list[int]) -> PointHierarchy:
+    """``spec``'s hierarchy by one ``fps`` or ``knn`` call per op of ``hierarchy``'s definition, each kNN with
+    its own tree (outside ``knn.shared_trees``), the transition down searched at every stage."""
+    be = spec.backends
+    offsets, samples, down, neighbours, coords, c = [], [], [], [], [], coord
+    for stride, k in zip(spec.strides, spec.neighbours, strict=True):
+        sample = group = None
+        if stride > 1:
+            sample, _ = fps(c, off, stride, backend=be.fps, check_finite=False)
+            new_off, new_c = list(accumulate(sample_counts(counts(off), stride))), c[sample]
+            group, _ = knn(new_c, c, k, new_off, off, backend=be.knn, check_finite=False)
+            c, off = new_c, new_off
+        samples.append(sample)
+        down.append(group)
+        neighbours.append(knn(c, c, k, off, off, backend=be.knn, check_finite=False)[0])
+        offsets.append(torch.tensor(off))
+        coords.append((c, off))
+    up = [knn(coords[s][0], coords[s + 1][0], UP_NEIGHBOURS, coords[s][1], coords[s + 1][1], backend=be.knn,
+              check_finite=False) for s in range(len(coords) - 1)]
+    return PointHierarchy(tuple(offsets), tuple(samples), tuple(down), tuple(neighbours),
+                          tuple(i for i, _ in up), tuple(d for _, d in up))
 
 
 @contextlib.contextmanager
@@ -89,7 +126,10 @@ def _unordered_queries():
 def _agreement(h, ref) -> dict:
     same = (h.neighbours[0].sort(1).values.cpu() == ref.neighbours[0].sort(1).values.cpu()).all(1)
     samples = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(h.samples[1:], ref.samples[1:], strict=True))
-    return {"agree": round(same.float().mean().item(), 6), "same_samples": samples}
+    pairs = [(a, b) for f in fields(h) for a, b in zip(getattr(h, f.name), getattr(ref, f.name), strict=True)]
+    identical = all(a is b is None or (a is not None and b is not None and a.dtype == b.dtype
+                                       and torch.equal(a.cpu(), b.cpu())) for a, b in pairs)
+    return {"agree": round(same.float().mean().item(), 6), "same_samples": samples, "identical": identical}
 
 
 FAILURES = (ValueError, RuntimeError, ImportError)     # a backend that cannot run (CUDA's OOM is a RuntimeError)
@@ -154,6 +194,52 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
                       "paired_median": summary["paired_median"], "paired_range": summary["paired_range"],
                       **_agreement(last[label], last[first])}
     return {label: out[label] for label in backends}
+
+
+def time_parts(labels: list[str], clouds: int, points: int, reps: int = 5) -> dict[str, dict]:
+    """Per CPU label, the seconds of one hierarchy spent in ``fps`` and in ``knn`` (their calls from
+    ``hierarchy`` and from ``_separate`` timed), and its total: each the minimum over ``reps`` runs."""
+    import pointgeope.model.ops.hierarchy as hierarchy_module
+
+    coord, offset = batch(clouds, points)
+    spent = {"fps": 0.0, "knn": 0.0}
+
+    def clocked(name, fn):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - start
+        return call
+
+    out = {}
+    for label in labels:
+        rows = []
+        for _ in range(reps + 1):                               # the first run warms up, untimed
+            spent.update(fps=0.0, knn=0.0)
+            with _patched((hierarchy_module, sys.modules[__name__]), fps=clocked("fps", fps),
+                          knn=clocked("knn", knn)):
+                start = time.perf_counter()
+                _run(label, coord, offset, torch.device("cpu"))
+                rows.append({"total_s": time.perf_counter() - start, "fps_s": spent["fps"], "knn_s": spent["knn"]})
+        rows = rows[1:]
+        out[label] = {key: min(r[key] for r in rows) for key in rows[0]}
+        out[label]["knn_share"] = round(min(r["knn_s"] / r["total_s"] for r in rows), 4)
+    return out
+
+
+@contextlib.contextmanager
+def _patched(modules, **names):
+    """``names`` set on every module of ``modules`` inside the block, then restored."""
+    saved = [(m, n, getattr(m, n)) for m in modules for n in names]
+    try:
+        for m, n, _ in saved:
+            setattr(m, n, names[n])
+        yield
+    finally:
+        for m, n, value in saved:
+            setattr(m, n, value)
 
 
 def _best_of(fn, device: torch.device, reps: int) -> float:
@@ -236,6 +322,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's); pykdtree's are OMP_NUM_THREADS's")
+    parser.add_argument("--parts", action="store_true", help="the fps and knn seconds of the CPU labels' hierarchy")
     parser.add_argument("--no-extra", action="store_true", help="skip the ops and fps_variants tables on CUDA")
     parser.add_argument("--cpu-clouds", type=int, nargs="*", default=None,
                         help="run the cpu backend at these batch sizes only (default: at all of --clouds)")
@@ -255,6 +342,11 @@ def main() -> None:
                                                                     args.reps, args.warmup)
         _write(result, args.out)
         print(json.dumps({f"{clouds}x{args.points}": result["cases"][f"{clouds}x{args.points}"]}), flush=True)
+    if args.parts:
+        cpu_labels = [b for b in args.backends if b.startswith("cpu")]
+        result["parts"] = {f"{c}x{args.points}": time_parts(cpu_labels, c, args.points, args.reps) for c in args.clouds}
+        _write(result, args.out)
+        print(json.dumps({"parts": result["parts"]}), flush=True)
     if torch.device(args.device).type == "cuda" and not args.no_extra:
         result["ops"] = {f"{c}x{args.points}": time_ops(c, args.points, args.device) for c in args.clouds}
         _write(result, args.out)
