@@ -34,7 +34,8 @@ On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by defa
     knn_variants  the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, num_warps), each checked equal
 
 With ``--parts`` (CPU labels) a third table: the seconds of one hierarchy spent in FPS and in kNN
-(``parts``: the minimum of each over ``--reps`` runs, with the run's total), the kNN share of the CPU's hierarchy.
+(``parts``: the labels interleaved again, the minimum of each over ``--reps`` rounds with the total's, and the
+median share of the kNN), the kNN share of the CPU's hierarchy.
 
 Usage: python bench/bench_hierarchy.py --out bench/results/hierarchy.json [--device cuda] [--clouds 2 16]
        [--points 80000] [--backends cpu default triton] [--reps 5] [--warmup 1] [--threads N] [--no-extra]
@@ -47,6 +48,7 @@ import contextlib
 import functools
 import json
 import os
+import statistics
 import sys
 import time
 from dataclasses import fields
@@ -198,11 +200,14 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
 
 def time_parts(labels: list[str], clouds: int, points: int, reps: int = 5) -> dict[str, dict]:
     """Per CPU label, the seconds of one hierarchy spent in ``fps`` and in ``knn`` (their calls from
-    ``hierarchy`` and from ``_separate`` timed), and its total: each the minimum over ``reps`` runs."""
+    ``hierarchy`` and from ``_separate`` timed) and its total, the labels interleaved (``interleave.rounds``,
+    one warm-up each): each the minimum over the ``reps`` rounds, and ``knn_share`` the median over the rounds of
+    the kNN's seconds over the total."""
     import pointgeope.model.ops.hierarchy as hierarchy_module
 
     coord, offset = batch(clouds, points)
     spent = {"fps": 0.0, "knn": 0.0}
+    rows = {label: [] for label in labels}
 
     def clocked(name, fn):
         def call(*args, **kwargs):
@@ -213,19 +218,20 @@ def time_parts(labels: list[str], clouds: int, points: int, reps: int = 5) -> di
                 spent[name] += time.perf_counter() - start
         return call
 
+    def run(label):
+        spent.update(fps=0.0, knn=0.0)
+        _run(label, coord, offset, torch.device("cpu"))
+        rows[label].append(dict(spent))
+
+    with _patched((hierarchy_module, sys.modules[__name__]), fps=clocked("fps", fps), knn=clocked("knn", knn)):
+        _, wall, _ = interleave.rounds({label: functools.partial(run, label) for label in labels}, reps)
     out = {}
     for label in labels:
-        rows = []
-        for _ in range(reps + 1):                               # the first run warms up, untimed
-            spent.update(fps=0.0, knn=0.0)
-            with _patched((hierarchy_module, sys.modules[__name__]), fps=clocked("fps", fps),
-                          knn=clocked("knn", knn)):
-                start = time.perf_counter()
-                _run(label, coord, offset, torch.device("cpu"))
-                rows.append({"total_s": time.perf_counter() - start, "fps_s": spent["fps"], "knn_s": spent["knn"]})
-        rows = rows[1:]
-        out[label] = {key: min(r[key] for r in rows) for key in rows[0]}
-        out[label]["knn_share"] = round(min(r["knn_s"] / r["total_s"] for r in rows), 4)
+        parts = rows[label][-reps:]                             # the rounds' (after the warm-up)
+        out[label] = {"total_s": min(wall[label]), "fps_s": min(p["fps"] for p in parts),
+                      "knn_s": min(p["knn"] for p in parts),
+                      "knn_share": round(statistics.median(p["knn"] / t for p, t in zip(parts, wall[label],
+                                                                                          strict=True)), 4)}
     return out
 
 
