@@ -18,7 +18,9 @@ on ``--device``. Backends (labels):
 The backends are interleaved (``bench/interleave.py``: ``--reps`` rounds, each running every backend once in a
 rotated order, after ``--warmup`` untimed calls each: the first Triton call compiles its kernels); a backend's
 time is the minimum over the rounds of the wall time of one hierarchy between device synchronisations, beside
-the median and range of its per-round ratios to the first backend timed (paired). ``agree`` is the
+the median and range of its per-round ratios to the first backend timed (paired); ``cpu_seconds`` and
+``cpu_paired_median`` the same of the process's CPU time (on a shared host, what the other jobs' load
+changes least). ``agree`` is the
 share of stage-0 neighbourhoods (independent of FPS) whose sets equal those of the first backend timed,
 ``same_samples`` whether the FPS samples of every stage are equal and ``identical`` whether every tensor of
 the hierarchy is (bit for bit: the CPU labels against each other). A backend that cannot run is
@@ -183,7 +185,7 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
         fns[label] = _failing_as(label, fn)
     while fns:
         try:
-            last, wall, _ = interleave.rounds(fns, reps, warmup=0, sync=functools.partial(sync, device))
+            last, wall, cpu = interleave.rounds(fns, reps, warmup=0, sync=functools.partial(sync, device))
             break
         except _SideFailed as failed:
             out[failed.label] = _error(failed.err, " (in the timed rounds)")
@@ -191,9 +193,11 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
     if not fns:
         return {label: out[label] for label in backends}
     first = next(iter(fns))
+    on_cpu = interleave.paired(cpu, first)
     for label, summary in interleave.paired(wall, first).items():
         out[label] = {"seconds": summary["min_s"], "all_seconds": wall[label],
                       "paired_median": summary["paired_median"], "paired_range": summary["paired_range"],
+                      "cpu_seconds": on_cpu[label]["min_s"], "cpu_paired_median": on_cpu[label]["paired_median"],
                       **_agreement(last[label], last[first])}
     return {label: out[label] for label in backends}
 

@@ -153,6 +153,7 @@ def test_the_separate_baseline_is_the_same_hierarchy_bit_for_bit_and_its_parts_a
     ``identical`` field sees one value changed; ``time_parts`` times the fps and knn calls of both labels."""
     out = bench_hierarchy.time_hierarchy(["cpu_separate", "cpu"], clouds=2, points=3000, device="cpu", reps=2)
     assert out["cpu"]["identical"] is True and out["cpu_separate"]["identical"] is True
+    assert out["cpu_separate"]["cpu_paired_median"] == 1.0 and 0 < out["cpu"]["cpu_seconds"]
     coord, offset = bench_hierarchy.batch(1, 2000)
     h = bench_hierarchy._run("cpu", coord, offset, torch.device("cpu"))
     changed = h.apply(torch.clone)
