@@ -172,19 +172,21 @@ def _in_morton_order(search, query: Tensor) -> tuple[np.ndarray, np.ndarray]:
     design). Inside :func:`shared_trees` each query cloud is ordered once."""
     if query.shape[0] < _ORDERED_QUERIES or not available("numba"):
         return search(_numpy(query))
-    order, q_sorted = _once("morton", query, lambda: _morton_sorted(_numpy(query)))
+    rank, q_sorted = _once("morton", query, lambda: _morton_sorted(_numpy(query)))
     idx_sorted, dist2_sorted = search(q_sorted)
-    idx, dist2 = np.empty_like(idx_sorted), np.empty_like(dist2_sorted)
-    idx[order], dist2[order] = idx_sorted, dist2_sorted
-    return idx, dist2
+    return np.take(idx_sorted, rank, axis=0), np.take(dist2_sorted, rank, axis=0)
 
 
 def _morton_sorted(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The Morton order of the points ``q (M, 3)`` and the points in it."""
+    """The points ``q (M, 3)`` in their Morton order and the rank of each point in it (``q_sorted[rank] == q``:
+    the rows of a search of ``q_sorted`` taken at ``rank`` are in ``q``'s order; a gather, 3x faster here than
+    the scatter by the order)."""
     from pointgeope import morton_order
 
     order = morton_order.cloud_order(q)
-    return order, q[order]
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order), dtype=order.dtype)
+    return rank, q[order]
 
 
 def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
