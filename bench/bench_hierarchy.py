@@ -7,6 +7,9 @@ on ``--device``. Backends (labels):
     cpu       numba FPS + pykdtree on the host: what a data loader worker pays (coordinates copied to the host)
     cpu_unordered  the same with the trees' queries in their given order (``knn._ORDERED_QUERIES`` out of
               reach): the baseline of the Morton order of the queries, the same result bit for bit
+    cpu_separate   the same backends with every kNN its own tree and its own search (``_separate``: the
+              hierarchy before a stage's tree served all its kNN and the transition down was gathered from
+              the stage before), the baseline of both, the same result bit for bit
     default   the device's default backends (on CUDA: the Triton kernels where Triton imports)
     triton    the Triton kernels (CUDA tensors; on the CPU only under TRITON_INTERPRET=1, far too slow to time)
     cluster   torch-cluster's kNN, where installed (with the device's default FPS: its FPS is not a backend)
@@ -15,9 +18,12 @@ on ``--device``. Backends (labels):
 The backends are interleaved (``bench/interleave.py``: ``--reps`` rounds, each running every backend once in a
 rotated order, after ``--warmup`` untimed calls each: the first Triton call compiles its kernels); a backend's
 time is the minimum over the rounds of the wall time of one hierarchy between device synchronisations, beside
-the median and range of its per-round ratios to the first backend timed (paired). ``agree`` is the
+the median and range of its per-round ratios to the first backend timed (paired); ``cpu_seconds`` and
+``cpu_paired_median`` the same of the process's CPU time (on a shared host, what the other jobs' load
+changes least). ``agree`` is the
 share of stage-0 neighbourhoods (independent of FPS) whose sets equal those of the first backend timed,
-and ``same_samples`` whether the FPS samples of every stage are equal. A backend that cannot run is
+``same_samples`` whether the FPS samples of every stage are equal and ``identical`` whether every tensor of
+the hierarchy is (bit for bit: the CPU labels against each other). A backend that cannot run is
 recorded with its error and the run goes on. Results go to ``--out`` (JSON, rewritten after every case).
 
 On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by default there):
@@ -28,6 +34,10 @@ On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by defa
                   the ``stream`` one, each checked equal to the default's samples: which to make
                   the default
     knn_variants  the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, num_warps), each checked equal
+
+With ``--parts`` (CPU labels) a third table: the seconds of one hierarchy spent in FPS and in kNN
+(``parts``: the labels interleaved again, the minimum of each over ``--reps`` rounds with the total's, and the
+median share of the kNN), the kNN share of the CPU's hierarchy.
 
 Usage: python bench/bench_hierarchy.py --out bench/results/hierarchy.json [--device cuda] [--clouds 2 16]
        [--points 80000] [--backends cpu default triton] [--reps 5] [--warmup 1] [--threads N] [--no-extra]
@@ -40,7 +50,11 @@ import contextlib
 import functools
 import json
 import os
+import statistics
 import sys
+import time
+from dataclasses import fields
+from itertools import accumulate
 from pathlib import Path
 
 import torch
@@ -50,10 +64,12 @@ import interleave
 from bench_io import save_json
 from bench_model import synthetic_room
 from pointgeope.model.kernel_check import sync, timed
-from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts
+from pointgeope.model.ops import HierarchySpec, OpsBackends, PointHierarchy, counts, fps, knn, sample_counts
+from pointgeope.model.ops.hierarchy import UP_NEIGHBOURS
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
-LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "default": OpsBackends(),
+LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "cpu_separate": OpsBackends(),
+          "default": OpsBackends(),
           "triton": OpsBackends("triton", "triton"),
           "cluster": OpsBackends(knn="cluster"), "torch": OpsBackends("torch", "torch")}
 
@@ -70,9 +86,34 @@ def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.de
     if label == "cpu_unordered":
         with _unordered_queries():
             return spec(coord.to("cpu"), offset.to("cpu"))
+    if label == "cpu_separate":
+        return _separate(spec, coord.to("cpu"), offset.to("cpu").tolist())
     if label == "cpu":
         return spec(coord.to("cpu"), offset.to("cpu"))
     return spec(coord, offset)
+
+
+def _separate(spec: HierarchySpec, coord: torch.Tensor, off: list[int]) -> PointHierarchy:
+    """``spec``'s hierarchy by one ``fps`` or ``knn`` call per op of ``hierarchy``'s definition, each kNN with
+    its own tree (outside ``knn.shared_trees``), the transition down searched at every stage."""
+    be = spec.backends
+    offsets, samples, down, neighbours, coords, c = [], [], [], [], [], coord
+    for stride, k in zip(spec.strides, spec.neighbours, strict=True):
+        sample = group = None
+        if stride > 1:
+            sample, _ = fps(c, off, stride, backend=be.fps, check_finite=False)
+            new_off, new_c = list(accumulate(sample_counts(counts(off), stride))), c[sample]
+            group, _ = knn(new_c, c, k, new_off, off, backend=be.knn, check_finite=False)
+            c, off = new_c, new_off
+        samples.append(sample)
+        down.append(group)
+        neighbours.append(knn(c, c, k, off, off, backend=be.knn, check_finite=False)[0])
+        offsets.append(torch.tensor(off))
+        coords.append((c, off))
+    up = [knn(coords[s][0], coords[s + 1][0], UP_NEIGHBOURS, coords[s][1], coords[s + 1][1], backend=be.knn,
+              check_finite=False) for s in range(len(coords) - 1)]
+    return PointHierarchy(tuple(offsets), tuple(samples), tuple(down), tuple(neighbours),
+                          tuple(i for i, _ in up), tuple(d for _, d in up))
 
 
 @contextlib.contextmanager
@@ -89,7 +130,10 @@ def _unordered_queries():
 def _agreement(h, ref) -> dict:
     same = (h.neighbours[0].sort(1).values.cpu() == ref.neighbours[0].sort(1).values.cpu()).all(1)
     samples = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(h.samples[1:], ref.samples[1:], strict=True))
-    return {"agree": round(same.float().mean().item(), 6), "same_samples": samples}
+    pairs = [(a, b) for f in fields(h) for a, b in zip(getattr(h, f.name), getattr(ref, f.name), strict=True)]
+    identical = all(a is b is None or (a is not None and b is not None and a.dtype == b.dtype
+                                       and torch.equal(a.cpu(), b.cpu())) for a, b in pairs)
+    return {"agree": round(same.float().mean().item(), 6), "same_samples": samples, "identical": identical}
 
 
 FAILURES = (ValueError, RuntimeError, ImportError)     # a backend that cannot run (CUDA's OOM is a RuntimeError)
@@ -141,7 +185,7 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
         fns[label] = _failing_as(label, fn)
     while fns:
         try:
-            last, wall, _ = interleave.rounds(fns, reps, warmup=0, sync=functools.partial(sync, device))
+            last, wall, cpu = interleave.rounds(fns, reps, warmup=0, sync=functools.partial(sync, device))
             break
         except _SideFailed as failed:
             out[failed.label] = _error(failed.err, " (in the timed rounds)")
@@ -149,11 +193,63 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
     if not fns:
         return {label: out[label] for label in backends}
     first = next(iter(fns))
+    on_cpu = interleave.paired(cpu, first)
     for label, summary in interleave.paired(wall, first).items():
         out[label] = {"seconds": summary["min_s"], "all_seconds": wall[label],
                       "paired_median": summary["paired_median"], "paired_range": summary["paired_range"],
+                      "cpu_seconds": on_cpu[label]["min_s"], "cpu_paired_median": on_cpu[label]["paired_median"],
                       **_agreement(last[label], last[first])}
     return {label: out[label] for label in backends}
+
+
+def time_parts(labels: list[str], clouds: int, points: int, reps: int = 5) -> dict[str, dict]:
+    """Per CPU label, the seconds of one hierarchy spent in ``fps`` and in ``knn`` (their calls from
+    ``hierarchy`` and from ``_separate`` timed) and its total, the labels interleaved (``interleave.rounds``,
+    one warm-up each): each the minimum over the ``reps`` rounds, and ``knn_share`` the median over the rounds of
+    the kNN's seconds over the total."""
+    import pointgeope.model.ops.hierarchy as hierarchy_module
+
+    coord, offset = batch(clouds, points)
+    spent = {"fps": 0.0, "knn": 0.0}
+    rows = {label: [] for label in labels}
+
+    def clocked(name, fn):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - start
+        return call
+
+    def run(label):
+        spent.update(fps=0.0, knn=0.0)
+        _run(label, coord, offset, torch.device("cpu"))
+        rows[label].append(dict(spent))
+
+    with _patched((hierarchy_module, sys.modules[__name__]), fps=clocked("fps", fps), knn=clocked("knn", knn)):
+        _, wall, _ = interleave.rounds({label: functools.partial(run, label) for label in labels}, reps)
+    out = {}
+    for label in labels:
+        parts = rows[label][-reps:]                             # the rounds' (after the warm-up)
+        out[label] = {"total_s": min(wall[label]), "fps_s": min(p["fps"] for p in parts),
+                      "knn_s": min(p["knn"] for p in parts),
+                      "knn_share": round(statistics.median(p["knn"] / t for p, t in zip(parts, wall[label],
+                                                                                          strict=True)), 4)}
+    return out
+
+
+@contextlib.contextmanager
+def _patched(modules, **names):
+    """``names`` set on every module of ``modules`` inside the block, then restored."""
+    saved = [(m, n, getattr(m, n)) for m in modules for n in names]
+    try:
+        for m, n, _ in saved:
+            setattr(m, n, names[n])
+        yield
+    finally:
+        for m, n, value in saved:
+            setattr(m, n, value)
 
 
 def _best_of(fn, device: torch.device, reps: int) -> float:
@@ -236,6 +332,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's); pykdtree's are OMP_NUM_THREADS's")
+    parser.add_argument("--parts", action="store_true", help="the fps and knn seconds of the CPU labels' hierarchy")
     parser.add_argument("--no-extra", action="store_true", help="skip the ops and fps_variants tables on CUDA")
     parser.add_argument("--cpu-clouds", type=int, nargs="*", default=None,
                         help="run the cpu backend at these batch sizes only (default: at all of --clouds)")
@@ -255,6 +352,11 @@ def main() -> None:
                                                                     args.reps, args.warmup)
         _write(result, args.out)
         print(json.dumps({f"{clouds}x{args.points}": result["cases"][f"{clouds}x{args.points}"]}), flush=True)
+    if args.parts:
+        cpu_labels = [b for b in args.backends if b.startswith("cpu")]
+        result["parts"] = {f"{c}x{args.points}": time_parts(cpu_labels, c, args.points, args.reps) for c in args.clouds}
+        _write(result, args.out)
+        print(json.dumps({"parts": result["parts"]}), flush=True)
     if torch.device(args.device).type == "cuda" and not args.no_extra:
         result["ops"] = {f"{c}x{args.points}": time_ops(c, args.points, args.device) for c in args.clouds}
         _write(result, args.out)

@@ -146,3 +146,21 @@ def test_every_backend_failing_gives_every_error(monkeypatch):
     out = bench_hierarchy.time_hierarchy(["cpu", "torch"], clouds=1, points=500, device="cpu", reps=2)
     assert out == {"cpu": {"error": "RuntimeError: cpu broke (in the timed rounds)"},
                    "torch": {"error": "RuntimeError: torch broke (in the timed rounds)"}}
+
+
+def test_the_separate_baseline_is_the_same_hierarchy_bit_for_bit_and_its_parts_are_within_it():
+    """``cpu_separate`` (every kNN its own tree and search) builds what ``cpu`` does, every tensor equal; the
+    ``identical`` field sees one value changed; ``time_parts`` times the fps and knn calls of both labels."""
+    out = bench_hierarchy.time_hierarchy(["cpu_separate", "cpu"], clouds=2, points=3000, device="cpu", reps=2)
+    assert out["cpu"]["identical"] is True and out["cpu_separate"]["identical"] is True
+    assert out["cpu_separate"]["cpu_paired_median"] == 1.0 and 0 < out["cpu"]["cpu_seconds"]
+    coord, offset = bench_hierarchy.batch(1, 2000)
+    h = bench_hierarchy._run("cpu", coord, offset, torch.device("cpu"))
+    changed = h.apply(torch.clone)
+    changed.up_dist2[1][5, 2] += 1e-3
+    assert bench_hierarchy._agreement(changed, h)["identical"] is False
+    assert bench_hierarchy._agreement(h.apply(torch.clone), h)["identical"] is True
+    parts = bench_hierarchy.time_parts(["cpu_separate", "cpu"], clouds=1, points=3000, reps=2)
+    for row in parts.values():
+        assert 0 < row["fps_s"] and 0 < row["knn_s"] and row["fps_s"] + row["knn_s"] <= row["total_s"]
+        assert 0 < row["knn_share"] < 1

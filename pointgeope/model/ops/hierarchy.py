@@ -12,7 +12,11 @@ itself. For stages ``s = 0 .. S-1`` with ``strides[s]`` and ``neighbours[s] = k_
     neighbours_s = knn(coord_s -> coord_s, k_s)                 rows of stage s,    (N_s, k_s)  attention
     up_s, up_dist2_s = knn(coord_s -> coord_{s+1}, 3)           rows of stage s+1,  (N_s, 3)    transition up
 
-(``sample_s`` and ``down_s`` are ``None`` at stride 1.) Every op works per cloud with global rows, so the
+(``sample_s`` and ``down_s`` are ``None`` at stride 1.) Two kNN of the list are one search: when ``k_s ==
+k_{s-1}``, ``down_s = neighbours_{s-1}[sample_s]`` (each query of ``down_s`` is a point of stage ``s-1`` whose
+``k_s`` neighbours there ``neighbours_{s-1}`` already holds; every backend answers a query from its point, its
+cloud and ``k`` alone), so it is gathered, not searched again. On the tree backends every stage's tree is built
+once for the kNN that search it (``knn.shared_trees``). Every op works per cloud with global rows, so the
 hierarchy of a packed batch is the per-cloud hierarchies with their rows shifted by the cloud's start
 in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
 """
@@ -29,7 +33,7 @@ from pointgeope.model.ops import backends
 from pointgeope.model.ops.backends import OpsBackends
 from pointgeope.model.ops.checks import check_coordinates, check_count
 from pointgeope.model.ops.fps import fps, sample_counts
-from pointgeope.model.ops.knn import knn
+from pointgeope.model.ops.knn import knn, shared_trees
 from pointgeope.model.ops.morton import shared_layouts
 from pointgeope.model.ops.offsets import check_offset, counts
 
@@ -99,7 +103,8 @@ class HierarchySpec:
     def __call__(self, coord: Tensor, offset: Tensor | list[int]) -> PointHierarchy:
         """The hierarchy of ``coord (N, 3)`` in clouds ``offset (B,)`` (a host list or tensor spares the
         device-to-host copies of device offsets). With a Triton backend every stage's cloud is sorted and
-        tiled once for its FPS and kNN (``morton.shared_layouts``). ``coord`` is checked finite and within
+        tiled once for its FPS and kNN (``morton.shared_layouts``), with a tree backend each stage's tree is built
+        once (``knn.shared_trees``). ``coord`` is checked finite and within
         ``checks.COORD_LIMIT`` here, once (``ValueError`` naming it): every stage's points are rows of it."""
         coord = coord.detach()
         if coord.dim() != 2 or coord.shape[1] != 3:
@@ -108,7 +113,7 @@ class HierarchySpec:
         off = check_offset(offset, coord.shape[0])
         uses_triton = "triton" in (self.backends.fps or backends.fps_backend(coord.device),
                                    self.backends.knn or backends.knn_backend(coord.device))
-        with shared_layouts(coord, off) if uses_triton else contextlib.nullcontext():
+        with shared_layouts(coord, off) if uses_triton else contextlib.nullcontext(), shared_trees():
             return self._build(coord, off)
 
     def _build(self, coord: Tensor, off: list[int]) -> PointHierarchy:
@@ -120,7 +125,10 @@ class HierarchySpec:
                 sample, _ = fps(c, off, stride, backend=fps_backend, check_finite=False)
                 new_off = list(accumulate(sample_counts(counts(off), stride)))
                 new_c = c[sample]
-                group, _ = knn(new_c, c, k, new_off, off, backend=knn_backend, check_finite=False)
+                if neighbours and neighbours[-1].shape[1] == k:      # down_s = neighbours_{s-1}[sample_s]
+                    group = neighbours[-1][sample]
+                else:
+                    group, _ = knn(new_c, c, k, new_off, off, backend=knn_backend, check_finite=False)
                 samples.append(sample)
                 down.append(group)
                 c, off = new_c, new_off

@@ -11,8 +11,17 @@ coordinates in float64). The CPU backends (pykdtree, scipy) and torch-cluster br
 repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
 has exactly ``k`` valid entries and a max-pool or softmax over them is unchanged by the padding, up to
 the multiplicity the repeats give (a softmax counts a repeated neighbour several times).
+
+**Shared trees.** Inside :func:`shared_trees` the tree backends build one tree per support cloud and put each
+query cloud in Morton order once, for every call of the block that searches or queries it (a hierarchy's
+tree over stage ``s`` serves its own kNN, the transition down of stage ``s + 1`` and the 3-NN up of stage
+``s - 1``). A tree answers a query the same way whichever call built it, so the results are the same, bit for
+bit, ties included.
 """
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import numpy as np
 import torch
@@ -24,7 +33,7 @@ from pointgeope.model.ops import checks
 from pointgeope.model.ops.backends import KNN_BACKENDS, available, resolve
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts
 
-__all__ = ["knn"]
+__all__ = ["knn", "shared_trees"]
 
 # Pure-torch brute force: at most this many (query, support) pairs per chunk (64 MiB of float32 distances);
 # on one CPU thread a chunk of 1 MiB, which stays in the cache between the elementwise passes (1.8x
@@ -126,45 +135,81 @@ def _numpy(x: Tensor) -> np.ndarray:
     return x.detach().to("cpu", geometry_dtype(x.dtype)).contiguous().numpy()
 
 
-def _in_morton_order(search, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``search(query)`` (a tree's ``(M, k)`` rows and squared distances of each query), run on the queries in
-    their Morton order (``pointgeope.morton_order.cloud_order``) from ``_ORDERED_QUERIES`` of them, its rows put
-    back in the caller's order. A tree answers each query on its own, so the result is the same, bit for bit;
-    neighbouring queries walk the same nodes one after the other, which the cache keeps (a training crop's points come
-    shuffled, and FPS samples in an order far apart by design)."""
-    if len(query) < _ORDERED_QUERIES or not available("numba"):
-        return search(query)
+_shared = threading.local()   # the trees and query orders of the block being run in this thread (shared_trees)
+
+
+@contextlib.contextmanager
+def shared_trees():
+    """Within the block the tree backends build each support cloud's tree and order each query cloud once, on the
+    first call that needs it, and the later calls reuse it (module docstring). A cloud is known by its tensor's
+    memory (address, rows, strides, dtype, device), so its values must not change inside the block; the tensors
+    are held there, so no other tensor takes their address. Per thread (a loader worker, the side stream's)."""
+    previous = getattr(_shared, "sets", None)
+    _shared.sets = {}
+    try:
+        yield
+    finally:
+        _shared.sets = previous
+
+
+def _once(kind: str, points: Tensor, make):
+    """``make()``; inside :func:`shared_trees` the value it gave for ``kind`` of this ``points`` tensor there."""
+    sets = getattr(_shared, "sets", None)
+    if sets is None:
+        return make()
+    key = (kind, points.data_ptr(), points.shape, points.stride(), points.dtype, points.device)
+    if key not in sets:
+        sets[key] = (points, make())        # holding the tensor keeps its memory: no other takes its address
+    return sets[key][1]
+
+
+def _in_morton_order(search, query: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """``search(q)`` (a tree's ``(M, k)`` rows and squared distances of each query of ``q``, ``query`` as
+    ``_numpy`` gives it), run on the queries in their Morton order (``pointgeope.morton_order.cloud_order``)
+    from ``_ORDERED_QUERIES`` of them, its rows put back in the caller's order. A tree answers each query on its
+    own, so the result is the same, bit for bit; neighbouring queries walk the same nodes one after the other,
+    which the cache keeps (a training crop's points come shuffled, and FPS samples in an order far apart by
+    design). Inside :func:`shared_trees` each query cloud is ordered once."""
+    if query.shape[0] < _ORDERED_QUERIES or not available("numba"):
+        return search(_numpy(query))
+    rank, q_sorted = _once("morton", query, lambda: _morton_sorted(_numpy(query)))
+    idx_sorted, dist2_sorted = search(q_sorted)
+    return np.take(idx_sorted, rank, axis=0), np.take(dist2_sorted, rank, axis=0)
+
+
+def _morton_sorted(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points ``q (M, 3)`` in their Morton order and the rank of each point in it (``q_sorted[rank] == q``:
+    the rows of a search of ``q_sorted`` taken at ``rank`` are in ``q``'s order; a gather, 3x faster here than
+    the scatter by the order)."""
     from pointgeope import morton_order
 
-    order = morton_order.cloud_order(query)
-    idx_sorted, dist2_sorted = search(query[order])
-    idx, dist2 = np.empty_like(idx_sorted), np.empty_like(dist2_sorted)
-    idx[order], dist2[order] = idx_sorted, dist2_sorted
-    return idx, dist2
+    order = morton_order.cloud_order(q)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order), dtype=order.dtype)
+    return rank, q[order]
 
 
 def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     from pykdtree.kdtree import KDTree
 
-    s = _numpy(support)
-    tree = KDTree(s)
+    tree = _once("pykdtree", support, lambda: KDTree(_numpy(support)))
 
     def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         dist2, idx = tree.query(q, k=k, sqr_dists=True)
         return idx.reshape(-1, k).astype(np.int64), dist2.reshape(-1, k)
-    return _in_morton_order(search, _numpy(query).astype(s.dtype))
+    return _in_morton_order(search, query)   # query and support have one dtype (knn promoted them): so have q and tree
 
 
 def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     from scipy.spatial import cKDTree
 
-    tree = cKDTree(_numpy(support))
+    tree = _once("scipy", support, lambda: cKDTree(_numpy(support)))
 
     def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         dist, idx = tree.query(q, k=k)
         dist = dist.reshape(-1, k)
         return idx.reshape(-1, k).astype(np.int64), dist * dist
-    return _in_morton_order(search, _numpy(query))
+    return _in_morton_order(search, query)
 
 
 def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor]:
