@@ -10,6 +10,7 @@ import numpy as np
 from pointgeope.constants import NUM_CLASSES, class_names, class_palette, written_names
 from pointgeope.data.features import FEATURE_WIDTHS, feature_names
 from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config
+from pointgeope.number_kind import is_number
 from pointgeope.plural import counted
 
 
@@ -69,7 +70,7 @@ def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
 
 def _number(value: object, low: float) -> bool:
     """Whether ``value`` is a finite number (not a bool) >= ``low``."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value < math.inf
+    return is_number(value) and low <= value < math.inf
 
 
 def _values_problem(info: dict) -> str | None:
