@@ -45,6 +45,7 @@ import numpy as np
 from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
 from pointgeope.h5_file import create_file, from_attr, new_group, to_attr
+from pointgeope.recorded_text import repr_bounded
 
 # Version of the prepared layout above: data_prep writes it, every reader checks it.
 SCHEMA_VERSION = 1
@@ -129,8 +130,9 @@ def _root_problem(path: Path, f: h5py.File) -> str | None:
         return (f"{path}: a fold's predictions file (labels only, written by evaluate), not a prepared area file "
                 "or a scan: give the scan, or the prepared area (data.root/Area_N.h5)")
     if version is not None and (not isinstance(version, (int, np.integer)) or isinstance(version, bool)):
-        return (f"{path}: expected schema_version {SCHEMA_VERSION} (an integer), got {from_attr(version)!r:.80}: not "
-                "a file of `pointgeope prepare`; give a prepared area file (data.root/Area_N.h5)")
+        return (f"{path}: expected schema_version {SCHEMA_VERSION} (an integer), got "
+                f"{repr_bounded(from_attr(version), 80)}: not a file of `pointgeope prepare`; give a prepared area "
+                "file (data.root/Area_N.h5)")
     if version is None or int(version) != SCHEMA_VERSION:
         return (f"{path}: expected schema_version {SCHEMA_VERSION}, got {version}; re-run `pointgeope prepare` "
                 "with this version of pointgeope")
@@ -191,9 +193,10 @@ def opened_member(parent: h5py.Group, key: str, expected: str, again: str) -> h5
     except KeyError as err:
         link = parent.get(key, getlink=True)
         if isinstance(link, h5py.SoftLink):
-            found = f"a link to {link.path!r:.80}, which the file does not hold"
+            found = f"a link to {repr_bounded(link.path, 80)}, which the file does not hold"
         elif isinstance(link, h5py.ExternalLink):
-            found = f"a link to {link.path!r:.80} in file {link.filename!r:.80}, which cannot be opened"
+            found = (f"a link to {repr_bounded(link.path, 80)} in file {repr_bounded(link.filename, 80)}, which "
+                     "cannot be opened")
         else:
             found = f"an object that cannot be opened ({err.args[0] if err.args else err})"
         raise SchemaError(f"{expected}, found {found}; {again}") from None

@@ -44,6 +44,7 @@ from pointgeope.h5 import (
 )
 from pointgeope.limit_text import past_limit
 from pointgeope.plural import counted
+from pointgeope.recorded_text import repr_bounded
 
 UNIT_TOLERANCE = 1e-2  # a stored normal's length within it of 1
 
@@ -173,8 +174,9 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
             max_extent, scan = area_max_extent(f), is_scan_predictions(f)
             if not max_extent > 0:  # NaN would turn the extent check off (extent > nan is false)
                 raw = f.attrs.get("max_extent")
+                got = repr_bounded(getattr(raw, "tolist", lambda: raw)(), 80)
                 raise SchemaError(f"{path}: expected a positive max_extent (its attribute: the room size limit "
-                                  f"of prepare, metres), got {getattr(raw, 'tolist', lambda: raw)()!r:.80}; {again}")
+                                  f"of prepare, metres), got {got}; {again}")
             rooms = {name: check_room(f"{path}: room {name!r}", room_group(f, name, again), max_extent, num_classes,
                                       scan, again) for name in f}
         except SchemaError:

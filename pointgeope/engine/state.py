@@ -50,6 +50,7 @@ from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, still_held
 from pointgeope.number_kind import is_number
 from pointgeope.plural import agreeing, counted
+from pointgeope.recorded_text import repr_bounded
 
 
 @dataclass
@@ -346,7 +347,7 @@ def saved_state(ckpt: dict, path: Path, num_classes: int | None = None) -> LoopS
                                        ("epoch_sums", sums, (why := sums_problem(sums, num_classes)) is None, why)):
         if not fits:
             raise CheckpointError(f"{path}: damaged checkpoint: expected its {key!r} entry to be {expected}, got "
-                                  f"{value!r:.40}; use the run's own checkpoint")
+                                  f"{repr_bounded(value, 40)}; use the run's own checkpoint")
     return LoopState(**counts, best_miou=float(best), epoch_sums=sums)
 
 

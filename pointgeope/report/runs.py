@@ -40,7 +40,7 @@ from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.plural import counted
-from pointgeope.recorded_text import bounded, recorded_text
+from pointgeope.recorded_text import bounded, recorded_text, repr_bounded
 from pointgeope.report.citation import code_of
 from pointgeope.report.machine import fold_machine
 from pointgeope.report.points import current_points, recover_points
@@ -196,8 +196,8 @@ def same_class_names(items: list[tuple[Path, tuple[str, ...]]]) -> tuple[str, ..
     first_path, first = items[0]
     for path, names in items[1:]:
         if names != first:
-            raise ReportError(f"{path}: expected class_names {bounded(repr(list(first)))} (those of {first_path}), "
-                              f"got {bounded(repr(list(names)))}; folds pooled and runs compared must have the same "
+            raise ReportError(f"{path}: expected class_names {repr_bounded(list(first))} (those of {first_path}), "
+                              f"got {repr_bounded(list(names))}; folds pooled and runs compared must have the same "
                               "classes")
     return first
 
@@ -233,7 +233,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
                "; the report pools S3DIS's six folds, fold K testing Area_K alone (prepare's folds.json), so a "
                "fold of an edited folds.json cannot be pooled with them")
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
-                          f"got area={bounded(repr(data.get('area')))} fold={bounded(repr(data.get('fold')))}{why}")
+                          f"got area={repr_bounded(data.get('area'))} fold={repr_bounded(data.get('fold'))}{why}")
     if not isinstance(data.get("complete"), bool):  # "true" (a string) read as unfinished; none: a damaged file
         got = bounded(json.dumps(data["complete"])) if "complete" in data else "no such key"  # (always written)
         raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
@@ -246,12 +246,12 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
         return None, problem.report_reason()
     names = _class_names(data.get("class_names"), path)
     if "confusion" not in data:
-        raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {bounded(repr(sorted(data)))}")
+        raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {repr_bounded(sorted(data))}")
     names = _names_beside(names, data["confusion"])
     confusion = _confusion(data["confusion"], path, len(names))
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
-        raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {bounded(repr(rule))}")
+        raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {repr_bounded(rule)}")
     return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names, sha256,
                       fold_machine(data), code_of(data)), ""
 
