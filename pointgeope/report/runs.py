@@ -35,6 +35,7 @@ import numpy as np
 
 from pointgeope import json_text
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name, written_names
+from pointgeope.engine.device_text import NOT_RECORDED
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, live_writer
@@ -65,7 +66,7 @@ class FoldResult:
     class_names: tuple[str, ...] = CLASS_NAMES  # the C classes of its confusion matrix, in label order
     sha256: str = ""  # "sha256:<hex>" of the metrics.json its scores were read from (report.json names it)
     machine: dict = field(default_factory=dict)  # {aspect: text} of where it was trained and tested (machine.py)
-    code: str = "not recorded"  # the pointgeope version (and commit) that tested it (report/citation.py)
+    code: str = NOT_RECORDED  # the pointgeope version (and commit) that tested it (report/citation.py)
 
     @property
     def scores(self) -> dict:
