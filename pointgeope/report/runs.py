@@ -40,6 +40,7 @@ from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
+from pointgeope.number_kind import is_whole
 from pointgeope.plural import counted
 from pointgeope.recorded_text import bounded, recorded_text, repr_bounded
 from pointgeope.report.citation import code_of
@@ -212,7 +213,7 @@ def _confusion(value, path: Path, c: int) -> np.ndarray:
         raise ReportError(f"{path}: {expected}, got shape {np.asarray(value, dtype=object).shape}{again}")
     for i, row in enumerate(value):
         for j, x in enumerate(row):
-            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**62:
+            if not is_whole(x) or not 0 <= x < 2**62:
                 raise ReportError(f"{path}: {expected}, got {bounded(json.dumps(x))} at [{i}][{j}]{again}")
     confusion = np.asarray(value, dtype=np.int64)
     if not confusion.any():
@@ -225,7 +226,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     """Read one ``metrics.json``; ``(None, reason)`` for an incomplete fold, a :class:`ReportError` for a bad file."""
     data, sha256 = _load_json(path)
     area, recorded = f"Area_{fold}", data.get("fold", fold)
-    if isinstance(recorded, bool) or not isinstance(recorded, int):  # null, "x", 1.7, true: int() took or crashed
+    if not is_whole(recorded):  # null, "x", 1.7, true: int() took or crashed
         raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {bounded(json.dumps(recorded))}; "
                           "evaluate the fold again (pointgeope evaluate RUN/area_K)")
     if data.get("area", area) != area or recorded != fold:
