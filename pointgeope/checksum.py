@@ -64,23 +64,20 @@ def points_checksum(path: str | Path, derived: bool = False) -> str:
     :func:`pointgeope.h5.open_area` (its errors: SchemaError); with ``derived`` the derived arrays are hashed
     too (the rule of the versions between normals and this one). Reads every hashed array once. A room that is
     not a group, or a hashed member that is not an array, is a SchemaError naming it
-    (:func:`pointgeope.h5.room_group`, :func:`pointgeope.h5.check_members`), as the area check refuses it."""
+    (:func:`pointgeope.h5.checked_rooms`), as the area check refuses it."""
     import numpy as np
 
-    from pointgeope.h5 import DERIVED_ARRAYS, check_members, open_area, room_attrs, room_group
+    from pointgeope.h5 import DERIVED_ARRAYS, checked_rooms, open_area, room_attrs
 
     skip = () if derived else DERIVED_ARRAYS
     digest = hashlib.sha256()
     with open_area(path) as f:
         digest.update(json.dumps(room_attrs(f), sort_keys=True).encode())
-        for room in sorted(f):
-            group = room_group(f, room)
+        for room, (group, members) in sorted(checked_rooms(f, skip=skip).items()):
             origin = group.attrs.get("origin")
             digest.update(json.dumps([room, None if origin is None else np.asarray(origin).tolist()]).encode())
-            names = sorted(set(group) - set(skip))
-            check_members(group, names)
-            for name in names:
-                values = np.ascontiguousarray(group[name][()])
+            for name in sorted(members):
+                values = np.ascontiguousarray(members[name][()])
                 digest.update(json.dumps([name, values.dtype.str, list(values.shape)]).encode())
                 digest.update(values.data)
     return f"points:sha256:{digest.hexdigest()}"

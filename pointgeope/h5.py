@@ -45,6 +45,7 @@ import numpy as np
 from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
 from pointgeope.h5_file import create_file, from_attr, new_group, to_attr
+from pointgeope.recorded_text import repr_bounded
 
 # Version of the prepared layout above: data_prep writes it, every reader checks it.
 SCHEMA_VERSION = 1
@@ -129,8 +130,9 @@ def _root_problem(path: Path, f: h5py.File) -> str | None:
         return (f"{path}: a fold's predictions file (labels only, written by evaluate), not a prepared area file "
                 "or a scan: give the scan, or the prepared area (data.root/Area_N.h5)")
     if version is not None and (not isinstance(version, (int, np.integer)) or isinstance(version, bool)):
-        return (f"{path}: expected schema_version {SCHEMA_VERSION} (an integer), got {from_attr(version)!r:.80}: not "
-                "a file of `pointgeope prepare`; give a prepared area file (data.root/Area_N.h5)")
+        return (f"{path}: expected schema_version {SCHEMA_VERSION} (an integer), got "
+                f"{repr_bounded(from_attr(version), 80)}: not a file of `pointgeope prepare`; give a prepared area "
+                "file (data.root/Area_N.h5)")
     if version is None or int(version) != SCHEMA_VERSION:
         return (f"{path}: expected schema_version {SCHEMA_VERSION}, got {version}; re-run `pointgeope prepare` "
                 "with this version of pointgeope")
@@ -167,17 +169,36 @@ def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
     return group
 
 
-def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) -> None:
-    """Refuse the first of ``keys`` that the room ``group`` holds as something other than an array (a group in
-    its place, a link that points nowhere: a damaged file), naming the file, the room and the member, ending
-    with ``again``; a key the room lacks is left to the caller. The one check of it: :func:`read_fields`, the
-    points checksum (``pointgeope.checksum``) and the area check (``pointgeope.data.check``)."""
+def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) -> dict[str, h5py.Dataset]:
+    """The members ``keys`` of the room ``group`` that it holds, opened (key -> dataset, in the order of
+    ``keys``): each opened once, for its reader to read. The first that is something other than an array (a group
+    in its place, a link that points nowhere: a damaged file) is refused, naming the file, the room and the
+    member, ending with ``again``; a key the room lacks is left out, to the caller. The one check of it:
+    :func:`read_fields`, :func:`checked_rooms`, the points checksum (``pointgeope.checksum``) and the area check
+    (``pointgeope.data.check``)."""
+    members = {}
     for key in keys:
         if key not in group:
             continue
         expected = f"{group.file.filename}: room {group.name.lstrip('/')!r}: expected {key!r} to be an array"
         if not isinstance(member := opened_member(group, key, expected, again), h5py.Dataset):
             raise SchemaError(f"{expected}, found a {type(member).__name__.lower()}; {again}")
+        members[key] = member
+    return members
+
+
+def checked_rooms(f: h5py.File, keys: Iterable[str] | None = None,
+                  skip: Iterable[str] = ()) -> dict[str, tuple[h5py.Group, dict[str, h5py.Dataset]]]:
+    """Room -> ``(group, members)`` of every room of an open area file, in file order: its group
+    (:func:`room_group`) and its members ``keys`` (every member but ``skip`` where ``None``) opened and checked
+    (:func:`check_members`). The one walk over a file's rooms of :func:`list_rooms`, :func:`read_rooms_attrs`
+    and the points checksum."""
+    rooms = {}
+    for room in f:
+        group = room_group(f, room)
+        names = list(group) if keys is None else keys
+        rooms[room] = group, check_members(group, [name for name in names if name not in skip])
+    return rooms
 
 
 def opened_member(parent: h5py.Group, key: str, expected: str, again: str) -> h5py.Group | h5py.Dataset:
@@ -206,24 +227,21 @@ def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[
     naming the file and the room (``normal`` in a file of a prepare before it: prepare again adds it), and so
     is one that is not an array (:func:`check_members`)."""
     fields = tuple(fields)
-    missing = [key for key in fields if key not in group]
-    check_members(group, fields)
+    members = check_members(group, fields)
+    missing = [key for key in fields if key not in members]
     if missing:
         where = f"{group.file.filename}: room {group.name.lstrip('/')!r}"
         if missing == [NORMAL]:
             raise SchemaError(f"{where} has no normals (prepared by an older pointgeope); run `pointgeope prepare "
                               "RAW OUT` again into its folder, which adds them")
         raise SchemaError(f"{where}: expected datasets {list(fields)}, missing {missing}; {AGAIN}")
-    return {key: group[key][()] for key in fields}
+    return {key: members[key][()] for key in fields}
 
 
 def list_rooms(path: str | Path) -> dict[str, int]:
     """Room name -> number of points, in file order."""
     with open_area(path) as f:
-        groups = {name: room_group(f, name) for name in f}
-        for group in groups.values():
-            check_members(group, ["label"])
-        return {name: int(group["label"].shape[0]) for name, group in groups.items()}
+        return {name: int(members["label"].shape[0]) for name, (_, members) in checked_rooms(f, ["label"]).items()}
 
 
 def read_room(path: str | Path, room: str, fields: tuple[str, ...] = ROOM_FIELDS) -> dict[str, np.ndarray]:
@@ -258,10 +276,7 @@ def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:
     work file's room, are parsed again; a damaged work file refused them at every rerun)."""
     try:
         with open_area(path) as f:
-            groups = {room: room_group(f, room) for room in f}
-            for group in groups.values():
-                check_members(group, list(group))
-            return {room: room_attrs(group) for room, group in groups.items()}
+            return {room: room_attrs(group) for room, (group, _) in checked_rooms(f).items()}
     except (SchemaError, OSError, KeyError, ValueError):
         return None
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import h5py
 
+from pointgeope.recorded_text import repr_bounded
+
 NEVER_WRITTEN = "which prepare never writes: its points would be read twice, under two names"
 ANOTHER_FILE = "which prepare never writes: another file's points would be read as this one's"
 
@@ -22,9 +24,9 @@ def link_found(parent: h5py.Group, key: str) -> str | None:
     :func:`second_name` says whether it has another)."""
     link = parent.get(key, getlink=True)
     if isinstance(link, h5py.SoftLink):
-        to, found = f"a link to {link.path!r:.80}", NEVER_WRITTEN
+        to, found = f"a link to {repr_bounded(link.path, 80)}", NEVER_WRITTEN
     elif isinstance(link, h5py.ExternalLink):
-        to, found = f"a link to {link.path!r:.80} in file {link.filename!r:.80}", ANOTHER_FILE
+        to, found = f"a link to {repr_bounded(link.path, 80)} in file {repr_bounded(link.filename, 80)}", ANOTHER_FILE
     else:
         return None
     try:

@@ -8,8 +8,10 @@ edited by hand or damaged on disk can hold anything JSON can: a newline (which w
 ``repr`` writes it (control characters escaped: one line), cut to :data:`LIMIT` characters, and marked
 ``(looks damaged)``: ``'2.13.0\\n- x' (looks damaged)``. A setting of a recorded config (any JSON value) is said
 as an override writes it (:func:`setting_text`) or as ``repr`` writes it (:func:`setting_repr`), and found
-damaged where that is not one printable line of at most :data:`SETTING_LIMIT` characters. No torch here: the
-report imports it, and imports none.
+damaged where that is not one printable line of at most :data:`SETTING_LIMIT` characters. Every value a message
+cuts, here and in the refusals of every reader, is cut by :func:`bounded`, which marks the cut and says the
+length (``'yyy... (100,002 characters)``): no reader takes a part for the whole. No torch here: the report
+imports it, and imports none.
 """
 from __future__ import annotations
 
@@ -33,10 +35,9 @@ def recorded_text(value: object, kind: type = str) -> str:
 
 
 def damaged_text(value: object) -> str:
-    """``repr(value)`` cut to :data:`LIMIT` characters (the last three ``...``), followed by :data:`DAMAGED`:
-    a value its reader has found damaged, on one line (``repr`` escapes control characters and surrogates)."""
-    text = repr(value)
-    return (text if len(text) <= LIMIT else text[:LIMIT - 3] + "...") + DAMAGED
+    """``repr(value)`` cut to :data:`LIMIT` characters (:func:`bounded`), followed by :data:`DAMAGED`: a value its
+    reader has found damaged, on one line (``repr`` escapes control characters and surrogates)."""
+    return bounded(repr(value), LIMIT) + DAMAGED
 
 
 def setting_damaged(value: object) -> bool:
@@ -60,7 +61,14 @@ def setting_repr(value: object) -> str:
 
 
 def bounded(text: str, limit: int = SETTING_LIMIT) -> str:
-    """A value of a refusal line as ``repr`` or :func:`json.dumps` wrote it (one line), cut to ``limit`` characters
-    where longer, the last three ``...``, with its length: ``'yyy...' (100,002 characters)``. A class name of a
-    megabyte in a damaged ``metrics.json`` made a refusal line as long."""
+    """A value of a message as ``repr`` or :func:`json.dumps` wrote it (one line), cut to ``limit`` characters
+    where longer, the last three ``...``, with its length: ``'yyy... (100,002 characters)``; whole where not.
+    The one cut of a value in a message: a class name of a megabyte in a damaged ``metrics.json`` made a refusal
+    line as long, and a cut with no mark (``{value!r:.40}``) let a reader take the part for the whole."""
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text):,} characters)"
+
+
+def repr_bounded(value: object, limit: int = SETTING_LIMIT) -> str:
+    """``repr(value)`` cut by :func:`bounded` to ``limit`` characters: a value a refusal got, as it got it
+    (``got {repr_bounded(value, 40)}``), on one line and marked where cut."""
+    return bounded(repr(value), limit)

@@ -53,6 +53,28 @@ def test_work_file_attrs_and_other_versions(tmp_path):
         h5.read_room(tmp_path / "r.h5", "office_1")
 
 
+def test_check_members_gives_the_arrays_it_opened_and_checked_rooms_every_room(tmp_path):
+    """check_members returns the members it opened and checked (those the room holds, in the order asked), for
+    its reader to read without opening them again; checked_rooms walks every room so, a member in ``skip`` left
+    out and unchecked. Before: check_members returned nothing and each reader opened every member again."""
+    path = tmp_path / "Area_1.h5"
+    h5.write_area(path, "Area_1", [("r1", _arrays(3), {"num_points": 3}), ("r2", _arrays(5), {})])
+    with h5py.File(path, "r+") as f:
+        f["r2"].create_group("normal")                     # a member that is no array: refused unless skipped
+    with h5.open_area(path) as f:
+        members = h5.check_members(f["r1"], ["label", "missing", "coord"])
+        assert list(members) == ["label", "coord"] and all(isinstance(m, h5py.Dataset) for m in members.values())
+        np.testing.assert_array_equal(members["coord"][()], _arrays(3)["coord"])
+        rooms = h5.checked_rooms(f, ["label"])
+        assert list(rooms) == ["r1", "r2"] and [m["label"].shape for _, m in rooms.values()] == [(3,), (5,)]
+        assert rooms["r1"][0].attrs["num_points"] == 3
+        assert {room: sorted(m) for room, (_, m) in h5.checked_rooms(f, skip=["normal"]).items()} == {
+            "r1": sorted(h5.ROOM_FIELDS), "r2": sorted(h5.ROOM_FIELDS)}
+        with pytest.raises(h5.SchemaError, match="room 'r2': expected 'normal' to be an array, found a group"):
+            h5.checked_rooms(f)
+    assert h5.list_rooms(path) == {"r1": 3, "r2": 5} and h5.read_rooms_attrs(path) is None
+
+
 def test_a_missing_room_is_the_same_error_for_every_reader(tmp_path):
     path = tmp_path / "Area_2.h5"
     h5.write_area(path, "Area_2", [("office_1", _arrays(), {})])

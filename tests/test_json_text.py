@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pointgeope.cli import main as cli
-from pointgeope.engine.fold_result import fold_is_complete
+from pointgeope.engine.fold_result import complete_fold_metrics
 from pointgeope.json_text import loads
 from tests.test_report import perfect, write_fold
 
@@ -59,7 +59,7 @@ def test_report_says_a_metrics_file_damaged_so_in_one_line(tmp_path, capsys, raw
 def test_a_fold_whose_metrics_file_is_damaged_so_is_tested_again(tmp_path, raw):
     write_fold(tmp_path, 1, perfect())
     _damage(tmp_path, 1, raw)
-    assert fold_is_complete(tmp_path / "area_1") is False
+    assert complete_fold_metrics(tmp_path / "area_1") is None
 
 
 def test_a_manifest_nested_too_deep_is_read_as_no_manifest(tmp_path):

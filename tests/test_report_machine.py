@@ -185,8 +185,8 @@ def test_a_real_difference_beside_folds_not_recorded_is_still_said(tmp_path, cap
 def test_a_damaged_value_is_said_on_one_bounded_line_and_marked(tmp_path, capsys):
     """A hand-edited metrics.json whose torch holds a newline, whose device model is a megabyte and whose thread
     count is a list: the note stays one line of report.md, each such value as repr writes it, cut to 64
-    characters, marked (looks damaged); the scores are those of the six folds. Before: the values verbatim, the
-    newline splitting the note into a second list item ``- injected``."""
+    characters with its length, marked (looks damaged); the scores are those of the six folds. Before: the values
+    verbatim, the newline splitting the note into a second list item ``- injected``."""
     damaged = {**CPU, "torch": "2.13.0\n- injected", "threads": [1, 2]}
     run = _run(tmp_path, {4: damaged}, {5: {**GPU, "device_name": "H" * 10**6}})
     out = tmp_path / "out"
@@ -195,7 +195,7 @@ def test_a_damaged_value_is_said_on_one_bounded_line_and_marked(tmp_path, capsys
     lines = (out / "report.md").read_text().splitlines()
     assert not any(line.startswith("- injected") for line in lines)
     notes = [line for line in lines if "different machines" in line]
-    long_name = "'" + "H" * 60 + "..."
+    long_name = "'" + "H" * 60 + "... (1,000,002 characters)"
     assert notes == [
         "- run: its folds ran on different machines (train CPU threads 1 (Area_1..Area_3, Area_5, Area_6), [1, 2] "
         "(looks damaged) (Area_4); train torch 2.13.0 (Area_1..Area_3, Area_5, Area_6), '2.13.0\\n- injected' "

@@ -257,6 +257,6 @@ def test_a_damaged_setting_in_the_refusal_is_bounded_and_marked(tmp_path, capsys
     path.write_text(json.dumps(metrics))
     assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    said = "'rpe\\n" + "x" * 55 + "..." + " (looks damaged)"
+    said = "'rpe\\n" + "x" * 55 + "... (100,007 characters)" + " (looks damaged)"
     assert f"model.pe (Area_1, Area_3..Area_6: 'rpe'; Area_2: {said}); one pooled number" in line
     assert len(line) < 1000

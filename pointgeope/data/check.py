@@ -45,6 +45,7 @@ from pointgeope.h5 import (
 )
 from pointgeope.limit_text import past_limit
 from pointgeope.plural import counted
+from pointgeope.recorded_text import repr_bounded
 
 UNIT_TOLERANCE = 1e-2  # a stored normal's length within it of 1
 
@@ -98,27 +99,27 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
     missing = [key for key in ROOM_ARRAYS if key not in group]
     if missing:
         raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {again}")
-    check_members(group, list(group), again)  # every member: prepare writes arrays only
-    lengths = {key: group[key].shape[0] if group[key].ndim else "no" for key in ROOM_ARRAYS}
+    members = check_members(group, list(group), again)  # every member (prepare writes arrays only), opened once
+    lengths = {key: members[key].shape[0] if members[key].ndim else "no" for key in ROOM_ARRAYS}
     if len(set(lengths.values())) > 1:  # named by length: the shape check below took the labels' as right
         raise SchemaError(f"{where}: expected one entry per point in each array, got "
                           f"{', '.join(f'{count} {key}' for key, count in lengths.items())}; {again}")
-    n = group["label"].shape[0] if group["label"].ndim == 1 else -1
-    _check_arrays(where, group, n, ROOM_ARRAYS, again)
+    n = members["label"].shape[0] if members["label"].ndim == 1 else -1
+    _check_arrays(where, members, n, ROOM_ARRAYS, again)
     if n == 0:
         raise SchemaError(f"{where}: holds no point; {again}")
-    _check_arrays(where, group, n, {k: v for k, v in OPTIONAL_ARRAYS.items() if k in group}, again)
-    coord = group["coord"][()]
+    _check_arrays(where, members, n, {k: v for k, v in OPTIONAL_ARRAYS.items() if k in members}, again)
+    coord = members["coord"][()]
     bad = int(np.count_nonzero(~np.isfinite(coord).all(axis=1)))
     if bad:
         raise SchemaError(f"{where}: {counted(bad, 'point')} with a non-finite coordinate; {again}")
-    if NORMAL in group:
-        _check_normals(where, group[NORMAL][()], again)
+    if NORMAL in members:
+        _check_normals(where, members[NORMAL][()], again)
     extent = coord.max(axis=0) - coord.min(axis=0)
     if extent.max() > max_extent + float32_rounding(coord):
         spans, limit = past_limit(extent.max(), max_extent)
         raise SchemaError(f"{where}: spans {spans} m, more than the {limit} m it was prepared with; {again}")
-    label = group["label"][()]
+    label = members["label"][()]
     top = int(label[label != IGNORE_LABEL].max(initial=0) if unlabelled else label.max())
     if top >= num_classes:
         if num_classes < NUM_CLASSES:  # the config's, not the data's: the data holds the 13 S3DIS classes
@@ -152,10 +153,11 @@ def _check_normals(where: str, normal: np.ndarray, again: str) -> None:
                           f"{float(np.linalg.norm(normal[row].astype(np.float32))):g}); {again}")
 
 
-def _check_arrays(where: str, group, n: int, arrays: dict, again: str) -> None:
-    """Each array ``name -> (dtype, width)`` of ``arrays`` in the room group has that dtype and ``n`` rows."""
+def _check_arrays(where: str, members: dict, n: int, arrays: dict, again: str) -> None:
+    """Each array ``name -> (dtype, width)`` of ``arrays`` among a room's ``members`` (name -> dataset) has that
+    dtype and ``n`` rows."""
     for key, (dtype, width) in arrays.items():
-        data = group[key]
+        data = members[key]
         expected = (n,) if width is None else (n, width)
         if data.dtype != dtype or data.shape != expected:
             raise SchemaError(f"{where}: expected {key} {np.dtype(dtype).name} of shape {expected}, got "
@@ -174,8 +176,9 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
             max_extent, scan = area_max_extent(f), is_scan_predictions(f)
             if not max_extent > 0:  # NaN would turn the extent check off (extent > nan is false)
                 raw = f.attrs.get("max_extent")
+                got = repr_bounded(getattr(raw, "tolist", lambda: raw)(), 80)
                 raise SchemaError(f"{path}: expected a positive max_extent (its attribute: the room size limit "
-                                  f"of prepare, metres), got {getattr(raw, 'tolist', lambda: raw)()!r:.80}; {again}")
+                                  f"of prepare, metres), got {got}; {again}")
             rooms = {name: check_room(f"{path}: room {name!r}", room_group(f, name, again), max_extent, num_classes,
                                       scan, again) for name in f}
         except SchemaError:

@@ -28,11 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
+from pointgeope.number_kind import is_whole
+
 __all__ = ["NormalsRead", "area_estimates", "current", "describe", "differing_line", "earlier_of", "estimates_in",
            "is_current", "not_current_line", "read_in_training", "read_text", "recorded", "room_estimate", "tested"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
 THEN = ", then "  # between two estimates one area was read with in turn (read_text)
+UNTIL = ("epoch", "batch", "step")  # the point of a training an estimate was read until (NormalsRead.earlier)
 
 
 def current() -> dict[str, int]:
@@ -132,8 +135,7 @@ def _key(estimate: dict) -> tuple:
 
 
 def _is_estimate(value) -> bool:
-    return isinstance(value, dict) and all(isinstance(value.get(key), int) and not isinstance(value.get(key), bool)
-                                           for key in _KEYS)
+    return isinstance(value, dict) and all(is_whole(value.get(key)) for key in _KEYS)
 
 
 def _is_entry(value) -> bool:
@@ -228,8 +230,7 @@ def earlier_of(record: dict) -> list[dict]:
     throughout, or written before the record), an entry that is not such a record left out."""
     found = record.get("data_normals_earlier")
     return [e for e in found if isinstance(e, dict) and isinstance(e.get("data_normals"), dict)
-            and isinstance(e.get("until"), dict) and all(isinstance(e["until"].get(key), int)
-                                                         for key in ("epoch", "batch", "step"))
+            and isinstance(e.get("until"), dict) and all(is_whole(e["until"].get(key)) for key in UNTIL)
             ] if isinstance(found, list) else []
 
 
@@ -253,8 +254,7 @@ class NormalsRead:
         self.earlier = earlier_of(ckpt)
         read = recorded(ckpt)
         if read is not None and any(self.now.get(a) is not None and self.now[a] != e for a, e in read.items()):
-            self.earlier.append({"data_normals": read, "until": {key: ckpt.get(key) for key in ("epoch", "batch",
-                                                                                              "step")}})
+            self.earlier.append({"data_normals": read, "until": {key: ckpt.get(key) for key in UNTIL}})
 
     def saved(self) -> dict:
         """The checkpoint's entries: ``"data_normals"`` and, where it has any, ``"data_normals_earlier"``."""

@@ -157,10 +157,10 @@ def _threads_line(trials: list[Trial], test_area: int) -> str:
 def _saved_threads(last: Path) -> int | None:
     """The torch CPU threads that ``last`` (a trial's ``last.pt``) was written with, where a rerun resumes
     from it (its fold is not complete); ``None`` where it will not, or the file does not say."""
-    from pointgeope.engine.fold_result import fold_is_complete
+    from pointgeope.engine.fold_result import complete_fold_metrics
     from pointgeope.engine.trained_threads import saved_threads
 
-    if not last.is_file() or fold_is_complete(last.parent):
+    if not last.is_file() or complete_fold_metrics(last.parent) is not None:
         return None
     return saved_threads(last)  # an unreadable one: None (the trial names it)
 
@@ -321,12 +321,12 @@ def _left_out(trials: list[Trial], codes: list[int], test_area: int) -> tuple[di
     """``({(preset, seed): why}, {(preset, seed): note})``: the trials the report must not score (failed
     ones, unfinished ones: a training that ended well before its last epoch, stale ones), and those it scores
     with a note (their settings could not be checked)."""
-    from pointgeope.engine.fold_result import fold_is_complete
+    from pointgeope.engine.fold_result import complete_fold_metrics
 
     out, notes = {}, {}
     for trial, code in zip(trials, codes, strict=True):
         fold = trial.folder / fold_folder_name(test_area)
-        unfinished = not code and (fold / "last.pt").is_file() and not fold_is_complete(fold)
+        unfinished = not code and (fold / "last.pt").is_file() and complete_fold_metrics(fold) is None
         why = (f"failed (exit code {code}), see its train.log" if code
                else UNFINISHED if unfinished else stale(trial, test_area))
         if why is None:

@@ -43,7 +43,7 @@ from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded, predating_note
 from pointgeope.errors import UserError
-from pointgeope.recorded_text import setting_repr, setting_text
+from pointgeope.recorded_text import repr_bounded, setting_repr, setting_text
 from pointgeope.zip_crc import changed_part
 
 FORMAT = "pointgeope-checkpoint"
@@ -303,7 +303,7 @@ def whole_count(entries: dict, keys: tuple[str, ...], path: Path, default: int =
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 63:
         bound = " below 2^63" if type(value) is int and value > 0 else ""
         raise CheckpointError(f"{path}: damaged checkpoint: expected its {'.'.join(keys)!r} entry to be a whole "
-                              f"number >= 0{bound}, got {value!r:.40}; use the run's own checkpoint")
+                              f"number >= 0{bound}, got {repr_bounded(value, 40)}; use the run's own checkpoint")
     return value
 
 

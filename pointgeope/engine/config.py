@@ -47,6 +47,7 @@ from pointgeope.engine.config_values import agreement_problem, pipeline_problem
 from pointgeope.engine.config_yaml import DuplicateKeyError, LineError, at_line, key_line, load_yaml_lines
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.model.config import ModelConfig  # the model: section is the network's own config
+from pointgeope.recorded_text import repr_bounded
 
 
 @dataclass
@@ -198,8 +199,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
         raise ConfigError(f"{path}: the config is empty (expected a YAML mapping of sections: {sections}); give a "
                           "config such as configs/demo.yaml (an empty mapping, '{}', runs the defaults)")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__} {raw!r:.40}; give "
-                          "a config such as configs/demo.yaml")
+        raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__} "
+                          f"{repr_bounded(raw, 40)}; give a config such as configs/demo.yaml")
     has_base, base = "base" in raw, raw.pop("base", None)
     layer = check_mapping(raw, Config, str(path), lines=lines)
     if has_base and (not isinstance(base, str) or not base.strip()):   # 'base:' or "": not the defaults, a folder

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pointgeope.engine.config_values import value_problem
 from pointgeope.engine.config_yaml import at_line, closest_key, dotted_key_message, quote_hint
 from pointgeope.errors import UserError
+from pointgeope.number_kind import is_number, is_whole
 
 __all__ = ["ConfigError", "type_name", "check_mapping", "merge", "build"]
 
@@ -82,10 +83,10 @@ def _coerce(value: Any, tp, where: str) -> Any:
         if isinstance(value, bool):
             return value
     elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
+        if is_whole(value):
             return value
     elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_number(value):
             return float(value)
         if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
             try:

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pointgeope.number_kind import is_number
+
 
 @dataclass(frozen=True)
 class Range:
@@ -115,7 +117,7 @@ def range_problem(value: Any, name: str) -> str | None:
     values = value if isinstance(value, list) else [value]
     allowed = RANGES.get(name, Range())  # a numeric key without an entry must at least be finite
     for i, x in enumerate(values):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or x in allowed:
+        if not is_number(x) or x in allowed:
             continue
         kind = "an integer" if isinstance(x, int) else "a finite number"
         at = f"{name}[{i}]" if isinstance(value, list) else name

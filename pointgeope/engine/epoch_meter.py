@@ -20,6 +20,7 @@ import torch
 
 from pointgeope.engine import distributed
 from pointgeope.metrics import ConfusionMeter, scores
+from pointgeope.number_kind import is_number
 
 
 class EpochMeter:
@@ -84,9 +85,6 @@ def sums_problem(sums: object, num_classes: int | None = None) -> str | None:
     """What is wrong with ``sums`` as a checkpoint's ``epoch_sums`` (the module docstring's layout, ``{}``
     included; ``confusion`` of ``num_classes`` rows where given), ``None`` if nothing: the resumed meter reads
     each of them (a damaged one was a ``KeyError`` or ``ValueError`` traceback at the epoch's first batch)."""
-    def number(v: object) -> bool:  # any float: a NaN loss is the run's own, not damage
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
     if not isinstance(sums, dict):
         return "a dict of the epoch's sums"
     if not sums:
@@ -95,8 +93,8 @@ def sums_problem(sums: object, num_classes: int | None = None) -> str | None:
     rows = len(confusion) if isinstance(confusion, list) else -1
     square = rows > 0 and all(isinstance(r, list) and len(r) == rows for r in confusion)
     counts = square and all(type(c) is int and c >= 0 for r in confusion for c in r)
-    if not (isinstance(totals, list) and len(totals) == 3 and all(number(t) for t in totals)
-            and counts and rows == (num_classes or rows) and number(seconds)):
+    if not (isinstance(totals, list) and len(totals) == 3 and all(is_number(t) for t in totals)
+            and counts and rows == (num_classes or rows) and is_number(seconds)):  # any: a NaN loss is the run's own
         return (f"{{'totals': [loss sum, batches, points], 'confusion': {num_classes or 'C'} x "
                 f"{num_classes or 'C'} counts, 'seconds': s}} or {{}}")
     return None

@@ -23,6 +23,7 @@ from pathlib import Path
 from pointgeope.data.folds import Fold
 from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
 from pointgeope.engine.fold_result import missing_checkpoint, unvalidated_best
+from pointgeope.recorded_text import repr_bounded
 
 EVALUATE_ADVICE = ("evaluate a fold with the config it was trained with: drop the overrides of what it was trained "
                    "with (eval.* and the keys of place, speed and memory, such as train.device or data.hierarchy, "
@@ -42,7 +43,7 @@ def _recorded(path: Path, saved: object) -> tuple[int, list[str], list[str]]:
                   for key in ("test", "train")))
     if not ok:
         raise CheckpointError(f"{path}: damaged checkpoint: expected a 'fold' entry {{index, test, train}}, got "
-                              f"{saved!r:.120}; use a checkpoint the fold's training wrote")
+                              f"{repr_bounded(saved, 120)}; use a checkpoint the fold's training wrote")
     return saved["index"], saved["test"], saved["train"]
 
 

@@ -5,7 +5,7 @@ kill, Ctrl-C) leaves new predictions beside the old ``metrics.json``, whose scor
 ``"complete": true`` do not describe them. So each test draws a token (:func:`new_test`) that it writes into
 every predictions file (root attr ``test``) and, last, into ``metrics.json`` (``"predictions_test"``), and
 the readers of a fold's result take a pair whose tokens differ (:func:`pair_problem`) as a fold not tested:
-``train`` tests it again instead of skipping it (:func:`fold_is_complete`), ``report`` names it missing and
+``train`` tests it again instead of skipping it (:func:`complete_fold_metrics`), ``report`` names it missing and
 leaves it out. (``viz`` shows the predictions file alone, with scores it computes from it.) A pair written
 before tests drew tokens carries none on either side and is read as before; an old ``metrics.json`` beside
 predictions of a newer test that stopped is not a pair. The previous pair is never removed first: a test
@@ -24,23 +24,23 @@ METRICS_FILE = "metrics.json"
 TEST_KEY = "predictions_test"  # metrics.json's copy of its predictions files' token
 
 
-def fold_is_complete(run: Path, log=None) -> bool:
-    """Whether ``run/metrics.json`` says ``"complete": true`` of the predictions beside it (a damaged file,
-    or one of another test than the predictions' (:func:`pair_problem`, said through ``log``): no, the fold
-    is tested again)."""
+def complete_fold_metrics(run: Path, log=None) -> dict | None:
+    """``run/metrics.json`` as read, where it says ``"complete": true`` of the predictions beside it; ``None``
+    where not (a damaged file, or one of another test than the predictions' (:func:`pair_problem`, said through
+    ``log``): the fold is tested again). Read once: what a skipped fold reports is what was found complete."""
     path = Path(run) / METRICS_FILE
     if not path.is_file():
-        return False
+        return None
     try:
         metrics = json_text.loads(path.read_text())
         if metrics.get("complete") is not True:
-            return False
+            return None
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):  # damaged: evaluated again
-        return False
+        return None
     problem = pair_problem(run, metrics)
     if problem and log is not None:
         log(problem.train_warning())
-    return problem is None
+    return metrics if problem is None else None
 
 
 def new_test() -> str:

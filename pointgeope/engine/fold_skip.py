@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pointgeope import json_text
 from pointgeope.data.check import area_checksums
 from pointgeope.data.folds import Fold
 from pointgeope.engine.checkpoint import (
@@ -19,7 +18,7 @@ from pointgeope.engine.checkpoint import (
 )
 from pointgeope.engine.config import Config, config_to_dict
 from pointgeope.engine.fold_record import check_trained_fold
-from pointgeope.engine.fold_result import fold_is_complete
+from pointgeope.engine.fold_result import complete_fold_metrics
 from pointgeope.engine.record_keys import predating_note
 from pointgeope.engine.retrain import retrain_from_scratch
 from pointgeope.engine.trained_data import check_data_of, saved_data
@@ -41,17 +40,18 @@ def complete_metrics(run: Path, cfg: Config, fold: Fold, log=print) -> dict | No
     but whose ``last.pt`` trained fewer epochs than ``cfg`` asks is continued, and one without ``last.pt``
     is refused. ``data.root`` is a free key (where the files live), so the data is compared by checksum, as
     a resume and ``evaluate`` compare it: a root prepared again from other rooms is not the fold's data."""
-    if not fold_is_complete(run, log):
+    metrics = complete_fold_metrics(run, log)
+    if metrics is None:
         return None
     try:
-        return _trained_metrics(run, cfg, fold, log)
+        return _trained_metrics(run, cfg, fold, log, metrics)
     except CheckpointError as err:  # its last.pt: damaged, of another fold or data; --force trains it again
         raise retrain_from_scratch(err, run)  # noqa: B904 - err itself, marked for ablate
 
 
-def _trained_metrics(run: Path, cfg: Config, fold: Fold, log) -> dict | None:
-    """:func:`complete_metrics` of a fold whose ``metrics.json`` says complete: its refusals are marked as
-    those that training it from scratch ends (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
+def _trained_metrics(run: Path, cfg: Config, fold: Fold, log, metrics: dict) -> dict | None:
+    """:func:`complete_metrics` of a fold whose ``metrics.json`` says complete (``metrics``, as read): its refusals
+    are marked as those that training it from scratch ends (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
     last = run / "last.pt"
     if not last.is_file():
         raise retrain_from_scratch(UserError(
@@ -71,7 +71,7 @@ def _trained_metrics(run: Path, cfg: Config, fold: Fold, log) -> dict | None:
     now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
     now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))
     check_data_of(last, ckpt, now, root, print)
-    return json_text.loads((run / "metrics.json").read_text())
+    return metrics
 
 
 def clear_fold(run: Path) -> None:

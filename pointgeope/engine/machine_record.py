@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from pointgeope.number_kind import is_whole
+
 __all__ = ["fold_machines", "machine", "saved_trained_on", "trained_on", "training_machine"]
 
 PRECISION_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "float32"}
@@ -56,7 +58,7 @@ def saved_trained_on(ckpt: dict) -> list[dict]:
     if isinstance(saved, list) and all(isinstance(entry, dict) for entry in saved):
         return list(saved)
     threads = ckpt.get("threads")
-    return [{"threads": threads}] if isinstance(threads, int) and not isinstance(threads, bool) else []
+    return [{"threads": threads}] if is_whole(threads) else []
 
 
 def trained_on(ckpt: dict | None, now: dict) -> list[dict]:

@@ -59,7 +59,7 @@ from pathlib import Path
 from pointgeope import json_text
 from pointgeope.atomic import write_text_atomic
 from pointgeope.checksum import file_checksum, folder_checksum
-from pointgeope.engine.device_text import device_text
+from pointgeope.engine.device_text import NOT_RECORDED, device_text
 from pointgeope.errors import one_line
 from pointgeope.recorded_text import recorded_text
 from pointgeope.scans.outputs import PLY_PREDICTION, output_path, write_outputs
@@ -213,7 +213,7 @@ def other_machine(recorded, now: dict) -> str:
         return ""
 
     def said(m: dict) -> dict:   # as the report says them (engine/device_text.py, recorded_text.py): one line each
-        return {"device": str(device_text(m)), **{k: "not recorded" if m.get(k) is None else recorded_text(m[k], kind)
+        return {"device": str(device_text(m)), **{k: NOT_RECORDED if m.get(k) is None else recorded_text(m[k], kind)
                                                    for k, kind in (("precision", str), ("threads", int),
                                                                    ("torch", str))}}
 

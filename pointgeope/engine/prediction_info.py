@@ -10,7 +10,9 @@ import numpy as np
 from pointgeope.constants import NUM_CLASSES, class_names, class_palette, written_names
 from pointgeope.data.features import FEATURE_WIDTHS, feature_names
 from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config
+from pointgeope.number_kind import is_number
 from pointgeope.plural import counted
+from pointgeope.recorded_text import repr_bounded
 
 
 def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
@@ -46,7 +48,7 @@ def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
         info = prediction_metadata(config)
     if not isinstance(info, dict):  # set(info) below: a TypeError traceback
         raise CheckpointError(f"{path}: damaged checkpoint: expected its 'predict' entry to be a mapping, got "
-                              f"{info!r:.40}; use the run's own checkpoint")
+                              f"{repr_bounded(info, 40)}; use the run's own checkpoint")
     missing = {"class_names", "palette", "grid_size", "features", "in_channels"} - set(info)
     if missing:
         raise CheckpointError(f"{path}: its 'predict' entry lacks {sorted(missing)}")
@@ -69,7 +71,7 @@ def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
 
 def _number(value: object, low: float) -> bool:
     """Whether ``value`` is a finite number (not a bool) >= ``low``."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value < math.inf
+    return is_number(value) and low <= value < math.inf
 
 
 def _values_problem(info: dict) -> str | None:
@@ -79,14 +81,14 @@ def _values_problem(info: dict) -> str | None:
     features, channels = info["features"], info["in_channels"]
     names = isinstance(features, list) and all(isinstance(f, str) and f in FEATURE_WIDTHS for f in features)
     if not (names and features):
-        return f"features to be a list of {', '.join(FEATURE_WIDTHS)}, got {features!r:.60}"
+        return f"features to be a list of {', '.join(FEATURE_WIDTHS)}, got {repr_bounded(features, 60)}"
     if type(channels) is not int or channels != sum(FEATURE_WIDTHS[f] for f in features):
-        return f"in_channels to be the width of its features [{' | '.join(features)}], got {channels!r:.40}"
+        return f"in_channels to be the width of its features [{' | '.join(features)}], got {repr_bounded(channels, 40)}"
     if not (_number(info["grid_size"], 0) and info["grid_size"] > 0):
-        return f"grid_size to be a number of metres > 0, got {info['grid_size']!r:.40}"
+        return f"grid_size to be a number of metres > 0, got {repr_bounded(info['grid_size'], 40)}"
     spacing = info.get("spacing")
     if spacing is not None and not _number(spacing, 0):
-        return f"spacing to be a number of metres >= 0 or null, got {spacing!r:.40}"
+        return f"spacing to be a number of metres >= 0 or null, got {repr_bounded(spacing, 40)}"
     return None
 
 
@@ -94,13 +96,13 @@ def _entry_problem(names: object, palette: object, classes: object) -> str | Non
     """What is wrong with a ``"predict"`` entry's ``class_names`` and ``palette`` for a network of ``classes``
     classes (one name and one ``[r, g, b]`` of 0..255 each: predict indexes both by label), ``None`` if nothing."""
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        return f"class_names {names!r:.60}"
+        return f"class_names {repr_bounded(names, 60)}"
     if len(names) != classes:
         return counted(len(names), "class name")
     if not isinstance(palette, list):
-        return f"palette {palette!r:.60}"
+        return f"palette {repr_bounded(palette, 60)}"
     if len(palette) != classes:
         return counted(len(palette), "colour")
     bad = [c for c in palette if not (isinstance(c, list) and len(c) == 3
                                       and all(type(v) is int and 0 <= v <= 255 for v in c))]
-    return f"the colour {bad[0]!r:.60}" if bad else None
+    return f"the colour {repr_bounded(bad[0], 60)}" if bad else None

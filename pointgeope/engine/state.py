@@ -48,7 +48,9 @@ from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.engine.weights import first_non_finite, load_model_state
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, still_held
+from pointgeope.number_kind import is_number
 from pointgeope.plural import agreeing, counted
+from pointgeope.recorded_text import repr_bounded
 
 
 @dataclass
@@ -341,13 +343,11 @@ def saved_state(ckpt: dict, path: Path, num_classes: int | None = None) -> LoopS
     at the resumed epoch's first batch, or a step count silently off)."""
     counts = {name: whole_count(ckpt, (name,), path) for name in ("epoch", "batch", "step")}
     best, sums = ckpt.get("best_miou", -1.0), ckpt.get("epoch_sums", {})
-    for key, value, fits, expected in (
-            ("best_miou", best, isinstance(best, (int, float)) and not isinstance(best, bool) and -1 <= best <= 1,
-             "a number in [-1, 1]"),
-            ("epoch_sums", sums, sums_problem(sums, num_classes) is None, sums_problem(sums, num_classes))):
+    for key, value, fits, expected in (("best_miou", best, is_number(best) and -1 <= best <= 1, "a number in [-1, 1]"),
+                                       ("epoch_sums", sums, (why := sums_problem(sums, num_classes)) is None, why)):
         if not fits:
             raise CheckpointError(f"{path}: damaged checkpoint: expected its {key!r} entry to be {expected}, got "
-                                  f"{value!r:.40}; use the run's own checkpoint")
+                                  f"{repr_bounded(value, 40)}; use the run's own checkpoint")
     return LoopState(**counts, best_miou=float(best), epoch_sums=sums)
 
 

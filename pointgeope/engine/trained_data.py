@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pointgeope.engine.checkpoint import CheckpointError
 from pointgeope.plural import agreeing
+from pointgeope.recorded_text import repr_bounded
 
 __all__ = ["check_data_of", "check_data", "saved_data"]
 
@@ -22,7 +23,7 @@ def saved_data(ckpt: dict, path: str | Path) -> dict[str, str] | None:
     if data is None or isinstance(data, dict) and all(isinstance(x, str) for item in data.items() for x in item):
         return data
     raise CheckpointError(f"{path}: damaged checkpoint: expected its 'data' entry to map each area to the checksum "
-                          f"of its file, got {data!r:.60}; use the run's own checkpoint")
+                          f"of its file, got {repr_bounded(data, 60)}; use the run's own checkpoint")
 
 
 def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root: str | Path, log,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+from pointgeope.number_kind import is_whole
 from pointgeope.plural import counted
 
 __all__ = ["saved_threads", "threads_text"]
@@ -23,7 +24,7 @@ def saved_threads(path: str | Path) -> int | None:
         threads = load_checkpoint(path, mmap=True).get("threads")
     except CheckpointError:
         return None
-    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+    return threads if is_whole(threads) else None
 
 
 def threads_text(counts: list[int | None], what: str = "folds") -> str:

@@ -17,6 +17,7 @@ import torch
 
 from pointgeope.engine.checkpoint import CheckpointError
 from pointgeope.plural import counted
+from pointgeope.recorded_text import bounded
 
 
 def model_state(ckpt: dict, path: str | Path) -> dict[str, torch.Tensor]:
@@ -56,5 +57,5 @@ def load_model_state(model: torch.nn.Module, ckpt: dict, path: str | Path) -> No
         model.load_state_dict(state)
     except RuntimeError as err:
         first = str(err).strip().splitlines()
-        raise CheckpointError(f"{path}: the weights do not fit this model ({' '.join(first[:4])[:600]}); "
+        raise CheckpointError(f"{path}: the weights do not fit this model ({bounded(' '.join(first[:4]), 600)}); "
                               "was it written with other model.* settings?") from None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from pointgeope.engine.device_text import NOT_RECORDED
 from pointgeope.plural import counted
 from pointgeope.recorded_text import recorded_text, setting_text
 from pointgeope.report.machine import machine_text
@@ -34,7 +35,6 @@ from pointgeope.report.settings import IGNORED, SEED, value_groups
 # the keys that say what a number is, in the order said (those a fold lacks are left out)
 SHOWN = ("model.backbone", "model.pe", "train.epochs", SEED, "eval.protocol", "eval.checkpoint", "eval.vote",
          "eval.max_fragments", "eval.tta.rotations", "eval.tta.scales", "eval.tta.flips")
-NOT_RECORDED = "not recorded"
 _DATA = ("data.points.", "data.files.")
 _NORMALS = "data.normals."  # the normal estimate a data.normal fold read of each area: said with the data
 

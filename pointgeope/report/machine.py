@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import json
 
-from pointgeope.engine.device_text import device_text
+from pointgeope.engine.device_text import NOT_RECORDED, device_text
 from pointgeope.recorded_text import recorded_text
 from pointgeope.report.settings import value_groups
 
-NOT_RECORDED = "not recorded"
 ASPECTS = (("device", "device"), ("precision", "precision"), ("processes", "DDP processes"),
            ("threads", "CPU threads"), ("torch", "torch"))   # (record key, its words), in the order said
 

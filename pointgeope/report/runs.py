@@ -35,12 +35,14 @@ import numpy as np
 
 from pointgeope import json_text
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name, written_names
+from pointgeope.engine.device_text import NOT_RECORDED
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
+from pointgeope.number_kind import is_whole
 from pointgeope.plural import counted
-from pointgeope.recorded_text import bounded, recorded_text
+from pointgeope.recorded_text import bounded, recorded_text, repr_bounded
 from pointgeope.report.citation import code_of
 from pointgeope.report.machine import fold_machine
 from pointgeope.report.points import current_points, recover_points
@@ -65,7 +67,7 @@ class FoldResult:
     class_names: tuple[str, ...] = CLASS_NAMES  # the C classes of its confusion matrix, in label order
     sha256: str = ""  # "sha256:<hex>" of the metrics.json its scores were read from (report.json names it)
     machine: dict = field(default_factory=dict)  # {aspect: text} of where it was trained and tested (machine.py)
-    code: str = "not recorded"  # the pointgeope version (and commit) that tested it (report/citation.py)
+    code: str = NOT_RECORDED  # the pointgeope version (and commit) that tested it (report/citation.py)
 
     @property
     def scores(self) -> dict:
@@ -196,8 +198,8 @@ def same_class_names(items: list[tuple[Path, tuple[str, ...]]]) -> tuple[str, ..
     first_path, first = items[0]
     for path, names in items[1:]:
         if names != first:
-            raise ReportError(f"{path}: expected class_names {bounded(repr(list(first)))} (those of {first_path}), "
-                              f"got {bounded(repr(list(names)))}; folds pooled and runs compared must have the same "
+            raise ReportError(f"{path}: expected class_names {repr_bounded(list(first))} (those of {first_path}), "
+                              f"got {repr_bounded(list(names))}; folds pooled and runs compared must have the same "
                               "classes")
     return first
 
@@ -211,7 +213,7 @@ def _confusion(value, path: Path, c: int) -> np.ndarray:
         raise ReportError(f"{path}: {expected}, got shape {np.asarray(value, dtype=object).shape}{again}")
     for i, row in enumerate(value):
         for j, x in enumerate(row):
-            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**62:
+            if not is_whole(x) or not 0 <= x < 2**62:
                 raise ReportError(f"{path}: {expected}, got {bounded(json.dumps(x))} at [{i}][{j}]{again}")
     confusion = np.asarray(value, dtype=np.int64)
     if not confusion.any():
@@ -224,7 +226,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     """Read one ``metrics.json``; ``(None, reason)`` for an incomplete fold, a :class:`ReportError` for a bad file."""
     data, sha256 = _load_json(path)
     area, recorded = f"Area_{fold}", data.get("fold", fold)
-    if isinstance(recorded, bool) or not isinstance(recorded, int):  # null, "x", 1.7, true: int() took or crashed
+    if not is_whole(recorded):  # null, "x", 1.7, true: int() took or crashed
         raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {bounded(json.dumps(recorded))}; "
                           "evaluate the fold again (pointgeope evaluate RUN/area_K)")
     if data.get("area", area) != area or recorded != fold:
@@ -233,7 +235,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
                "; the report pools S3DIS's six folds, fold K testing Area_K alone (prepare's folds.json), so a "
                "fold of an edited folds.json cannot be pooled with them")
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
-                          f"got area={bounded(repr(data.get('area')))} fold={bounded(repr(data.get('fold')))}{why}")
+                          f"got area={repr_bounded(data.get('area'))} fold={repr_bounded(data.get('fold'))}{why}")
     if not isinstance(data.get("complete"), bool):  # "true" (a string) read as unfinished; none: a damaged file
         got = bounded(json.dumps(data["complete"])) if "complete" in data else "no such key"  # (always written)
         raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
@@ -246,12 +248,12 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
         return None, problem.report_reason()
     names = _class_names(data.get("class_names"), path)
     if "confusion" not in data:
-        raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {bounded(repr(sorted(data)))}")
+        raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {repr_bounded(sorted(data))}")
     names = _names_beside(names, data["confusion"])
     confusion = _confusion(data["confusion"], path, len(names))
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
-        raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {bounded(repr(rule))}")
+        raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {repr_bounded(rule)}")
     return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names, sha256,
                       fold_machine(data), code_of(data)), ""
 

@@ -28,7 +28,6 @@ import numpy as np
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.decimals import decimal_difference, decimal_mean, decimal_std
 from pointgeope.errors import UserError
-from pointgeope.plural import agreeing
 from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
 
@@ -212,9 +211,9 @@ def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "
     chosen = list(variants.values())
     if not any(v.runs for v in chosen):
         why = "; ".join(f"{v.name} seed {s}: {reason}" for v in chosen for s, reason in v.missing[:1])
-        raise UserError(f"{out}: " + agreeing(len(trials), "the 1 trial has no result",
-                                              f"none of the {len(trials):,} trials has a result")
-                        + (f" of fold {fold}" if fold is not None else "") + f" to report ({why})")
+        none = "the 1 trial has no result" if len(trials) == 1 else f"none of the {len(trials):,} trials has a result"
+        of_fold = f" of fold {fold}" if fold is not None else ""
+        raise UserError(f"{out}: {none}{of_fold} to report ({why})")
     same_class_names([(run.folds[0].path, run.class_names) for v in chosen for run in v.runs])
     written = write_ablation(chosen, out, header, digits)
     print(ablation_markdown(chosen, digits))

@@ -39,6 +39,7 @@ import numpy as np
 
 from pointgeope.atomic import atomic_open
 from pointgeope.plural import counted
+from pointgeope.recorded_text import repr_bounded
 from pointgeope.scans.ply_sizes import (
     NegativeCount,
     elements_end,
@@ -96,7 +97,7 @@ def _header(f, path: Path) -> tuple[str, list[Element], int]:
             kind = ("list", TYPES[words[2]], TYPES[words[3]]) if words[1] == "list" else TYPES[words[1]]
             element.props.append((words[-1], kind))
         else:
-            raise ScanError(f"{path}:{number}: unexpected PLY header line {raw.strip()[:80]!r}")
+            raise ScanError(f"{path}:{number}: unexpected PLY header line {repr_bounded(raw.strip(), 80)}")
     raise ScanError(f"{path}: truncated PLY header (no 'end_header')")
 
 

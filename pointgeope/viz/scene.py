@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, DEFAULT_MAX_POINTS, IGNORE_LABEL, NUM_CLASSES, class_names
+from pointgeope.recorded_text import repr_bounded
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import has_ground_truth
 from pointgeope.viz.select import cap_indices, keep_mask, voxel_representatives
@@ -104,8 +105,8 @@ def file_ignore_index(path: str | Path | None) -> int:
     if value is None:
         return IGNORE_LABEL
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):  # int('x'): a traceback
-        raise VizError(f"{path}: expected its 'ignore_index' attribute to be an integer label, got {value!r:.40}; "
-                       "evaluate or predict again to write the file anew")
+        raise VizError(f"{path}: expected its 'ignore_index' attribute to be an integer label, got "
+                       f"{repr_bounded(value, 40)}; evaluate or predict again to write the file anew")
     return int(value)
 
 

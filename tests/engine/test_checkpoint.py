@@ -378,5 +378,5 @@ def test_a_damaged_setting_of_a_saved_config_is_said_on_one_bounded_line(tmp_pat
     assert "\n" not in note
     said = describe_differences([("model.pe", "rpe\n" + "x" * 1000, "geope"), ("model.planes", [1, 2], [3])],
                                 "it used")
-    assert said == ("model.pe: it used 'rpe\\n" + "x" * 55 + "... (looks damaged), now 'geope'; model.planes: it "
-                    "used [1, 2], now [3]")
+    assert said == ("model.pe: it used 'rpe\\n" + "x" * 55 + "... (1,007 characters) (looks damaged), now 'geope'; "
+                    "model.planes: it used [1, 2], now [3]")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
 from pointgeope.cli import main as cli
-from pointgeope.engine.fold_result import fold_is_complete
+from pointgeope.engine.fold_result import complete_fold_metrics
 from pointgeope.h5 import area_path, read_labels
 from pointgeope.h5_predictions import PRED
 from pointgeope.metrics import confusion_matrix
@@ -49,7 +50,7 @@ def test_a_test_stopped_after_the_predictions_leaves_the_fold_untested(two_folds
     monkeypatch.undo()
     old = (tiny_run / "metrics.json").read_bytes()
     assert (fold / "metrics.json").read_bytes() == old                    # the previous file, left as it was
-    assert not fold_is_complete(fold)
+    assert complete_fold_metrics(fold) is None
     assert read_fold(fold / "metrics.json", 1) == (None, (
         f"{fold / 'predictions' / 'Area_1.h5'} is not the test that {fold / 'metrics.json'} records (a test "
         f"stopped between the two writes); test the fold again (the training command, or pointgeope evaluate "
@@ -73,7 +74,8 @@ def test_a_pair_written_before_is_read_as_it_was(two_folds, tiny_run, tmp_path, 
     (fold / "metrics.json").write_text(json.dumps(metrics))
     with h5py.File(fold / "predictions" / "Area_1.h5", "r+") as f:
         del f.attrs["test"]
-    assert fold_is_complete(fold) and read_fold(fold / "metrics.json", 1)[0] is not None
+    assert complete_fold_metrics(fold) == json.loads((fold / "metrics.json").read_text())
+    assert read_fold(fold / "metrics.json", 1)[0] is not None
     before = (fold / "metrics.json").read_bytes()
     assert train_fold(two_folds, fold.parent, "train.epochs=1", "train.val_every=1") == 0
     assert "is complete, skipped" in capsys.readouterr().out
@@ -139,7 +141,8 @@ def test_a_pair_whose_predictions_were_deleted_is_still_complete(tiny_run, tmp_p
     fold = tmp_path / "run" / "area_1"
     shutil.copytree(tiny_run, fold)
     (fold / "predictions" / "Area_1.h5").unlink()
-    assert fold_is_complete(fold) and read_fold(fold / "metrics.json", 1)[0] is not None
+    assert complete_fold_metrics(fold) == json.loads((fold / "metrics.json").read_text())
+    assert read_fold(fold / "metrics.json", 1)[0] is not None
 
 
 def test_a_damaged_predictions_file_is_named_damaged_not_a_stopped_test(tiny_run, tmp_path):
@@ -151,7 +154,7 @@ def test_a_damaged_predictions_file_is_named_damaged_not_a_stopped_test(tiny_run
     with open(path, "r+b") as f:
         f.truncate(3000)
     logged = []
-    assert not fold_is_complete(fold, logged.append)
+    assert complete_fold_metrics(fold, logged.append) is None
     assert logged == [f"warning: cannot read {path} (damaged or cut short: HDF5 cannot open it): testing it again"]
     assert read_fold(fold / "metrics.json", 1) == (None, (
         f"cannot read {path} (damaged or cut short: HDF5 cannot open it); test the fold again (the training "
@@ -214,3 +217,19 @@ def test_evaluate_best_of_a_fold_trained_without_validation_says_no_epoch_was_pi
     assert cli(["evaluate", str(fold), "--checkpoint", "last"]) == 0
     assert json.loads((fold / "metrics.json").read_text())["checkpoint"] == "last.pt"
 
+
+
+def test_a_complete_fold_is_skipped_with_the_metrics_read_once(two_folds, tiny_run, tmp_path, monkeypatch):
+    """The skip check reads metrics.json once and returns what it found complete. Before: it read it again after
+    the checkpoint's checks, so that a file replaced in between was reported without having been checked."""
+    from pointgeope.data.folds import load_folds
+    from pointgeope.engine.config import load_config
+    from pointgeope.engine.fold_skip import complete_metrics
+
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    reads, read_text = [], Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (reads.append(self.name), read_text(self, *a, **k))[1])
+    metrics = complete_metrics(fold, load_config(fold / "config.yaml"), load_folds(two_folds)[1])
+    assert metrics == json.loads(read_text(fold / "metrics.json")) and metrics["complete"] is True
+    assert reads.count("metrics.json") == 1

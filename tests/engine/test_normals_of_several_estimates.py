@@ -178,3 +178,18 @@ def test_predict_takes_the_estimates_a_resumed_training_read_earlier_as_read(two
     lines = _warnings(out.out + out.err)
     assert len(lines) == 1 and (f"its normals are of another estimate (k={K}, version 7) than {run / 'last.pt'}'s run "
                                 f"read in training (k={K}, version {VERSION}; k={K}, version 9)") in lines[0], lines
+
+
+@pytest.mark.parametrize("until", [{"epoch": True, "batch": 1, "step": 3}, {"epoch": 2, "batch": False, "step": 3},
+                                   {"epoch": 2, "batch": 0, "step": True}])
+def test_a_record_of_a_bool_for_a_count_is_left_out_as_an_estimate_of_a_bool_is(until):
+    """A true where an epoch, batch or step count was (a hand-edited record) is no count, as it is no ``normal_k``:
+    both left out. Before: earlier_of kept it, and read_text said "until batch 1 of epoch 2" of ``"epoch": true``."""
+    v = {"normal_k": 30, "normal_version": 1}
+    earlier = [{"data_normals": {"Area_2": v}, "until": until}]
+    assert normal_record.earlier_of({"data_normals_earlier": earlier}) == []
+    assert normal_record.read_text("Area_2", {"normal_k": 30, "normal_version": 2},
+                                   normal_record.earlier_of({"data_normals_earlier": earlier})) == "k=30, version 2"
+    assert normal_record.estimates_in(normal_record.recorded({"config": {"data": {"normal": True}},
+                                                              "data_normals": {"Area_2": {**v, "normal_k": True}}}
+                                                             ).get("Area_2")) == []

@@ -74,7 +74,7 @@ def test_a_damaged_machine_of_a_record_is_said_in_bounds_and_marked():
     damaged = {**now, "torch": "2" * 10**6, "device": "cuda", "device_name": "H\n200"}
     words = other_machine(damaged, now)
     assert words == (", predicted on another machine (device: cuda ('H\\n200' (looks damaged)) there, cpu here; "
-                     f"torch: '{'2' * 60}... (looks damaged) there, {now['torch']} here)")
+                     f"torch: '{'2' * 60}... (1,000,002 characters) (looks damaged) there, {now['torch']} here)")
 
 
 def test_a_value_the_record_lacks_is_not_recorded_and_a_blank_one_damaged():

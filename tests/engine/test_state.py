@@ -180,10 +180,13 @@ def test_the_gradient_check_runs_on_every_torch_the_project_allows(monkeypatch, 
     ("best_miou", "0.5", "'best_miou' entry to be a number in [-1, 1], got '0.5'"),
     ("best_miou", float("nan"), "'best_miou' entry to be a number in [-1, 1], got nan"),
     ("epoch_sums", [1, 2], "'epoch_sums' entry to be a dict of the epoch's sums, got [1, 2]"),
+    ("best_miou", "x" * 100, "'best_miou' entry to be a number in [-1, 1], got '" + "x" * 36 + "... (102 characters)"),
+    ("step", "y" * 38, "'step' entry to be a whole number >= 0, got '" + "y" * 38 + "'"),   # 40 with its quotes: whole
 ])
 def test_a_damaged_loop_entry_is_one_checkpoint_error_on_resume(tmp_path, entry, value, expected):
     """A last.pt whose loop entries were rewritten (its CRCs intact): an epoch of ['cpu'] resumed into
-    "TypeError: '<' not supported between instances of 'list' and 'int'" at the loop's first comparison."""
+    "TypeError: '<' not supported between instances of 'list' and 'int'" at the loop's first comparison. A long
+    value is cut to 40 characters, marked with its length (before: cut there silently, as if whole)."""
     from pointgeope.engine.checkpoint import CheckpointError
 
     FoldCheckpoints(tmp_path, learner(0), ENV, {}, {}).save("last.pt", LoopState(epoch=1, step=4, best_miou=0.5))
@@ -223,7 +226,8 @@ def test_damaged_epoch_sums_are_one_checkpoint_error_on_resume(tmp_path, sums):
 
 
 @pytest.mark.parametrize("data, shown", [(["cpu"], "['cpu']"), ({"Area_1": 5}, "{'Area_1': 5}"), ([[1]], "[[1]]"),
-                                         (7, "7")])
+                                         (7, "7"), ({"Area_1": 5, "s" * 100: "t"},
+                                                    "{'Area_1': 5, '" + "s" * 42 + "... (122 characters)")])
 def test_a_damaged_data_record_is_one_checkpoint_error_on_resume(tmp_path, data, shown):
     """A last.pt whose "data" (area -> checksum of the file it trained on) is no such mapping: a resume ended in
     "AttributeError: 'list' object has no attribute 'get'" (or a TypeError) while comparing the files."""

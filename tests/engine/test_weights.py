@@ -1,6 +1,8 @@
 """A checkpoint's weights are checked before a network takes them (pointgeope/engine/weights.py)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,19 @@ def test_model_shape_mismatch_names_the_file(tmp_path):
     ckpt = load_checkpoint(tmp_path / "best.pt")
     with pytest.raises(CheckpointError, match=r"best\.pt: the weights do not fit this model .*size mismatch"):
         load_model_state(torch.nn.Linear(3, 5), ckpt, tmp_path / "best.pt")
+
+
+def test_a_long_mismatch_is_cut_and_marked_with_its_length():
+    """torch's list of missing keys of a deep network is thousands of characters: the refusal says its first 600,
+    marked as cut with the length of what it cut (before: cut there silently)."""
+    model = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(200)))
+    with pytest.raises(CheckpointError) as err:
+        load_model_state(model, {"model": {"0.weight": torch.ones(2, 2)}}, "m.pt")
+    text = str(err.value)
+    head, tail = "m.pt: the weights do not fit this model (", "); was it written with other model.* settings?"
+    assert text.startswith(head + "Error(s) in loading state_dict for Sequential:") and text.endswith(tail)
+    cut = re.fullmatch(r".{597}\.\.\. \(([0-9,]+) characters\)", text[len(head):-len(tail)], re.S)
+    assert cut and int(cut.group(1).replace(",", "")) > 600
 
 
 @pytest.mark.parametrize("ckpt, got", [

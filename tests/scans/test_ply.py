@@ -89,6 +89,18 @@ def test_truncated_and_foreign_files_are_refused(tmp_path):
         read_ply(tmp_path / "h.ply")
 
 
+@pytest.mark.parametrize("line, said", [("bogus 1", "b'bogus 1'"),
+                                        ("weird " + "w" * 200, "b'weird " + "w" * 69 + "... (209 characters)")])
+def test_an_unexpected_header_line_is_said_whole_or_cut_and_marked(tmp_path, line, said):
+    """A header line no PLY has is said as repr writes its bytes; a long one cut to 80 characters with its
+    length (before: cut there silently, as if whole)."""
+    path = tmp_path / "u.ply"
+    path.write_text(f"ply\nformat ascii 1.0\n{line}\nelement vertex 1\nproperty float x\nend_header\n1\n")
+    with pytest.raises(ScanError) as err:
+        read_ply(path)
+    assert str(err.value) == f"{path}:3: unexpected PLY header line {said}"
+
+
 @pytest.mark.parametrize("fmt", ["ascii", "binary_little_endian"])
 def test_a_property_declared_twice_is_one_line_naming_its_header_line(tmp_path, fmt):
     """numpy refused the record type ('field x occurs more than once') with a traceback, exit 1."""
