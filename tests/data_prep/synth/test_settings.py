@@ -44,9 +44,10 @@ def test_the_largest_room_estimate_is_the_count_sampling_gives():
     assert drawn <= estimate <= 1.3 * drawn
 
 
-@pytest.mark.parametrize("density", ["1e9", "1e30", "inf", "nan"])
+@pytest.mark.parametrize("density", ["1e9", "1e30", "1e308", "inf", "nan"])
 def test_a_density_beyond_memory_is_refused_before_allocating(density, tmp_path, capsys):
-    """Before: --density 1e9 tried a 200 GiB allocation and ended in numpy's MemoryError traceback."""
+    """Before: --density 1e9 tried a 200 GiB allocation and ended in numpy's MemoryError traceback; 1e308 made a
+    room's point count infinite, an OverflowError traceback of the memory estimate."""
     out = tmp_path / "sx"
     assert cli(["synth", str(out), "--density", density]) == 2
     err = capsys.readouterr().err.strip().splitlines()
