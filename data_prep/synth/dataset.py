@@ -22,6 +22,7 @@ import numpy as np
 from data_prep.synth.config import PRESETS
 from data_prep.synth.geometry import inside_any, point_count, sample
 from data_prep.synth.objects import object_colours
+from data_prep.synth.record import complete_manifest, recorded_settings
 from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
 from data_prep.synth.write import Defect, format_lines, remove_stale, room_files, write_room
 from pointgeope.atomic import write_text_atomic
@@ -212,7 +213,8 @@ def _write_json(path: Path, data: dict) -> None:
 def check_out(out: Path, settings: dict) -> str:
     """What to do with ``out``: ``"new"``, ``"resume"`` (same settings, unfinished) or ``"complete"``.
 
-    Raises ``ValueError`` if ``out`` holds other data or synthetic data made with other settings.
+    Raises ``ValueError`` if ``out`` holds other data, synthetic data made with other settings, or damaged
+    settings (:func:`~data_prep.synth.record.recorded_settings`).
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"expected OUT to be a folder, got the file {out}")
@@ -222,19 +224,17 @@ def check_out(out: Path, settings: dict) -> str:
     if not path.is_file():
         raise ValueError(f"{out} is not empty and holds no {SETTINGS}: expected an empty folder or one "
                          "written by `pointgeope synth`; choose another OUT")
-    found = json.loads(path.read_text())
+    found = recorded_settings(path, out)
     if found != settings:
         changed = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
         raise ValueError(f"{out} was generated with other settings ({', '.join(changed)} differ: "
                          f"{ {k: found.get(k) for k in changed} } there, { {k: settings.get(k) for k in changed} } "
                          "asked); remove it or choose another OUT")
-    manifest = out / MANIFEST
-    if manifest.is_file():
-        done = json.loads(manifest.read_text())
-        rooms = [out / area / room for area, names in done.get("areas", {}).items() for room in names]
-        if done.get("config") == settings and all(room.is_dir() for room in rooms):
-            return "complete"
-    return "resume"
+    planned = {(AREAS[s.area], s.name) for s in plan_rooms(settings["areas"], settings["rooms_per_area"])}
+    if complete_manifest(out / MANIFEST, settings, planned) is not None and \
+            all((out / area / room).is_dir() for area, room in planned):
+        return "complete"
+    return "resume"  # unfinished, or a damaged manifest: the rooms are kept and the manifest written anew
 
 
 def generate(out: Path, config, log=print) -> dict:
