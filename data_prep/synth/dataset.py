@@ -14,6 +14,7 @@ and a ``stairs_1.txt`` annotation (put in a hallway when there is one; the prepa
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -231,10 +232,22 @@ def check_out(out: Path, settings: dict) -> str:
                          f"{ {k: found.get(k) for k in changed} } there, { {k: settings.get(k) for k in changed} } "
                          "asked); remove it or choose another OUT")
     planned = {(AREAS[s.area], s.name) for s in plan_rooms(settings["areas"], settings["rooms_per_area"])}
+    check_places(out, planned)
     if complete_manifest(out / MANIFEST, settings, planned) is not None and \
             all((out / area / room).is_dir() for area, room in planned):
         return "complete"
     return "resume"  # unfinished, or a damaged manifest: the rooms are kept and the manifest written anew
+
+
+def check_places(out: Path, planned: set[tuple[str, str]]) -> None:
+    """A ``ValueError`` naming the first place of an area or room folder of the plan that holds something else:
+    a file, or a link that leads to no folder (synth would fail there after the rooms before it)."""
+    for place in sorted({out / area for area, _ in planned} | {out / area / room for area, room in planned}):
+        if os.path.lexists(place) and not place.is_dir():
+            what = "a link that leads to no folder" if place.is_symlink() else "a file"
+            kind = "room" if place.parent != out else "area"
+            raise ValueError(f"{place}: {what} where synth writes the {kind}'s folder; remove it, or choose "
+                             "another OUT")
 
 
 def generate(out: Path, config, log=print) -> dict:
