@@ -43,7 +43,8 @@ class SynthConfig:
             raise ValueError(f"expected --density, a positive number of points per m^2 up to {MAX_DENSITY:g} (one a "
                              f"square micrometre; real S3DIS has 5,000-10,000), got {self.density}")
         if not 0 <= self.noise < 0.1:
-            raise ValueError(f"expected a noise of 0 to 0.1 m, got {self.noise}")
+            raise ValueError(f"expected --noise >= 0 and < 0.1 m (a tenth of a metre is no scanner's noise), got "
+                             f"{self.noise}")
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"expected --seed from 0 to 2^63 - 1 (numpy seeds are non-negative), got {self.seed}")
         if not 1 <= self.min_points <= 10**6:

@@ -56,3 +56,12 @@ def test_a_density_beyond_memory_is_refused_before_allocating(density, tmp_path,
         assert f"{BYTES_PER_POINT} B a point" in err[0] and "at most --density" in err[0], err
     assert not out.exists() or not any(out.iterdir())
     assert np.isfinite(BYTES_PER_POINT)
+
+
+@pytest.mark.parametrize("noise", ["0.1", "-0.001", "nan"])
+def test_a_noise_out_of_range_names_the_open_bound(noise, tmp_path, capsys):
+    """Before: `--noise 0.1` said "expected a noise of 0 to 0.1 m, got 0.1", a range that holds it."""
+    assert cli(["synth", str(tmp_path / "sx"), "--noise", noise]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pointgeope synth: error: expected --noise >= 0 and < 0.1 m (a tenth of a metre is no scanner's "
+                   f"noise), got {float(noise)}"], err
