@@ -241,13 +241,20 @@ def check_out(out: Path, settings: dict) -> str:
 
 def check_places(out: Path, planned: set[tuple[str, str]]) -> None:
     """A ``ValueError`` naming the first place of an area or room folder of the plan that holds something else:
-    a file, or a link that leads to no folder (synth would fail there after the rooms before it)."""
+    a file, or a link that leads to no folder (synth would fail there after the rooms before it), or a room
+    folder without its room file or ``Annotations`` (a room is written whole, so not synth's: it would be kept
+    as if it were, and the manifest list a room that is not there)."""
     for place in sorted({out / area for area, _ in planned} | {out / area / room for area, room in planned}):
+        kind = "room" if place.parent != out else "area"
         if os.path.lexists(place) and not place.is_dir():
             what = "a link that leads to no folder" if place.is_symlink() else "a file"
-            kind = "room" if place.parent != out else "area"
             raise ValueError(f"{place}: {what} where synth writes the {kind}'s folder; remove it, or choose "
                              "another OUT")
+        lacks = [name for name in (f"{place.name}.txt", "Annotations")
+                 if kind == "room" and place.is_dir() and not os.path.lexists(place / name)]
+        if lacks:
+            raise ValueError(f"{place}: a room folder without {' or '.join(lacks)}, not one synth wrote whole; "
+                             "remove it (synth writes it again), or choose another OUT")
 
 
 def generate(out: Path, config, log=print) -> dict:

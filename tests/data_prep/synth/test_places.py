@@ -35,3 +35,25 @@ def test_a_file_or_a_dead_link_in_place_of_a_folder_is_one_line(tmp_path, capsys
                    "or choose another OUT"], err
     assert captured.out == ""                        # refused before any room is drawn
     assert target.is_symlink() or target.read_text() == "mine"
+
+
+@pytest.mark.parametrize("left", [[], ["Annotations"], ["office_1.txt"]])
+def test_a_room_folder_synth_did_not_write_whole_is_one_line_not_kept(tmp_path, capsys, left):
+    """Before: an empty Area_2/office_1 (or one holding a part of a room) was "kept" as a written room and
+    synth said it had made 2 rooms, exit 0: the room was missing from the raw data it had just reported."""
+    out = tmp_path / "raw"
+    assert cli(["synth", str(out), *ARGS]) == 0
+    (out / "synth_manifest.json").unlink()
+    room = out / "Area_2" / "office_1"
+    for child in room.iterdir():
+        if child.name not in left:
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    capsys.readouterr()
+    assert cli(["synth", str(out), *ARGS]) == 2
+    missing = " or ".join(name for name in ("office_1.txt", "Annotations") if name not in left)
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope synth: error: {room}: a room folder without {missing}, not one synth wrote whole; remove it "
+        "(synth writes it again), or choose another OUT"]
+    shutil.rmtree(room)
+    assert cli(["synth", str(out), *ARGS]) == 0
+    assert "wrote Area_2/office_1" in capsys.readouterr().out
