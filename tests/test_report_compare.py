@@ -115,6 +115,19 @@ def test_a_run_name_that_cannot_head_a_row_is_refused(tmp_path, capsys, names, b
     assert not (tmp_path / "out").exists()
 
 
+def test_long_run_names_make_file_names_the_file_system_takes(tmp_path, capsys):
+    """Before: a name of 300 characters made `confusion_<name>.png` (and the default folder `report_<a>_vs_<b>`)
+    longer than 255 bytes: an OSError traceback. Each name keeps its first 60 characters there, names that then
+    agree are numbered, and the tables keep the names whole."""
+    runs = [_run(tmp_path, "rpe", "model.pe=rpe"), _run(tmp_path, "geope", "model.pe=geope")]
+    names = ["x" * 300, "x" * 299 + "y"]
+    assert cli(["report", *map(str, runs), "--names", *names]) == 0
+    out = tmp_path / f"report_{'x' * 60}_vs_{'x' * 60}"
+    assert sorted(p.name for p in out.glob("confusion_*")) == [f"confusion_{'x' * 60}_{i}.png" for i in (1, 2)]
+    assert [run["name"] for run in json.loads((out / "report.json").read_text())["runs"]] == names
+    capsys.readouterr()
+
+
 def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):
     """Every number of report.json traces to a file: each fold names its metrics.json, the sha256 of the bytes
     its scores were read from (a fold evaluated again since shows another), and its confusion counts, whose
