@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from pointgeope.cli import main as cli
 from tests.test_report import write_fold
@@ -98,6 +99,33 @@ def test_one_run_folder_given_twice_is_refused(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0] and "give each run folder once" in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("names", "bad"), [(["", "rpe"], 0), (["a", "   "], 1), (["a\nb", "c"], 0),
+                                            (["a", "x\x1b[31m"], 1)])
+def test_a_run_name_that_cannot_head_a_row_is_refused(tmp_path, capsys, names, bad):
+    """Before: `--names '' rpe` named both runs rpe in every table (the empty name became the folder's, after
+    the check that names differ); a blank name headed a row of spaces; a newline split report.md's rows."""
+    runs = [_run(tmp_path, "rpe", "model.pe=rpe"), _run(tmp_path, "geope", "model.pe=geope")]
+    assert cli(["report", *map(str, runs), "--names", *names, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pointgeope report: error: run {runs[bad]}: expected a name of visible characters on one line, "
+                   f"got {names[bad]!r} (blank or with a control character such as a newline); pass --names with "
+                   "one"], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_long_run_names_make_file_names_the_file_system_takes(tmp_path, capsys):
+    """Before: a name of 300 characters made `confusion_<name>.png` (and the default folder `report_<a>_vs_<b>`)
+    longer than 255 bytes: an OSError traceback. Each name keeps its first 60 characters there, names that then
+    agree are numbered, and the tables keep the names whole."""
+    runs = [_run(tmp_path, "rpe", "model.pe=rpe"), _run(tmp_path, "geope", "model.pe=geope")]
+    names = ["x" * 300, "x" * 299 + "y"]
+    assert cli(["report", *map(str, runs), "--names", *names]) == 0
+    out = tmp_path / f"report_{'x' * 60}_vs_{'x' * 60}"
+    assert sorted(p.name for p in out.glob("confusion_*")) == [f"confusion_{'x' * 60}_{i}.png" for i in (1, 2)]
+    assert [run["name"] for run in json.loads((out / "report.json").read_text())["runs"]] == names
+    capsys.readouterr()
 
 
 def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):

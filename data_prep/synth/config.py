@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_ROOMS_PER_AREA = 1000
+# Points per m^2: one a square micrometre, a million times real S3DIS's; above ~1e306 a room's point count is
+# no finite number, and the memory estimate refused far lower densities anyway.
+MAX_DENSITY = 1e12
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,12 @@ class SynthConfig:
             raise ValueError(f"expected --rooms-per-area from 1 to {MAX_ROOMS_PER_AREA}, got {self.rooms_per_area}: "
                              "the bound is there because the rooms are planned before any is written, and an "
                              "S3DIS area holds 44 to 68 of them")
-        if not 0 < self.density < float("inf"):
-            raise ValueError(f"expected --density, a finite positive number of points per m^2, got {self.density}")
+        if not 0 < self.density <= MAX_DENSITY:
+            raise ValueError(f"expected --density, a positive number of points per m^2 up to {MAX_DENSITY:g} (one a "
+                             f"square micrometre; real S3DIS has 5,000-10,000), got {self.density}")
         if not 0 <= self.noise < 0.1:
-            raise ValueError(f"expected a noise of 0 to 0.1 m, got {self.noise}")
+            raise ValueError(f"expected --noise >= 0 and < 0.1 m (a tenth of a metre is no scanner's noise), got "
+                             f"{self.noise}")
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"expected --seed from 0 to 2^63 - 1 (numpy seeds are non-negative), got {self.seed}")
         if not 1 <= self.min_points <= 10**6:

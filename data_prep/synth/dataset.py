@@ -14,6 +14,7 @@ and a ``stairs_1.txt`` annotation (put in a hallway when there is one; the prepa
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import numpy as np
 from data_prep.synth.config import PRESETS
 from data_prep.synth.geometry import inside_any, point_count, sample
 from data_prep.synth.objects import object_colours
+from data_prep.synth.record import complete_manifest, recorded_settings
 from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
 from data_prep.synth.write import Defect, format_lines, remove_stale, room_files, write_room
 from pointgeope.atomic import write_text_atomic
@@ -212,7 +214,8 @@ def _write_json(path: Path, data: dict) -> None:
 def check_out(out: Path, settings: dict) -> str:
     """What to do with ``out``: ``"new"``, ``"resume"`` (same settings, unfinished) or ``"complete"``.
 
-    Raises ``ValueError`` if ``out`` holds other data or synthetic data made with other settings.
+    Raises ``ValueError`` if ``out`` holds other data, synthetic data made with other settings, or damaged
+    settings (:func:`~data_prep.synth.record.recorded_settings`).
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"expected OUT to be a folder, got the file {out}")
@@ -222,19 +225,36 @@ def check_out(out: Path, settings: dict) -> str:
     if not path.is_file():
         raise ValueError(f"{out} is not empty and holds no {SETTINGS}: expected an empty folder or one "
                          "written by `pointgeope synth`; choose another OUT")
-    found = json.loads(path.read_text())
+    found = recorded_settings(path, out)
     if found != settings:
         changed = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
         raise ValueError(f"{out} was generated with other settings ({', '.join(changed)} differ: "
                          f"{ {k: found.get(k) for k in changed} } there, { {k: settings.get(k) for k in changed} } "
                          "asked); remove it or choose another OUT")
-    manifest = out / MANIFEST
-    if manifest.is_file():
-        done = json.loads(manifest.read_text())
-        rooms = [out / area / room for area, names in done.get("areas", {}).items() for room in names]
-        if done.get("config") == settings and all(room.is_dir() for room in rooms):
-            return "complete"
-    return "resume"
+    planned = {(AREAS[s.area], s.name) for s in plan_rooms(settings["areas"], settings["rooms_per_area"])}
+    check_places(out, planned)
+    if complete_manifest(out / MANIFEST, settings, planned) is not None and \
+            all((out / area / room).is_dir() for area, room in planned):
+        return "complete"
+    return "resume"  # unfinished, or a damaged manifest: the rooms are kept and the manifest written anew
+
+
+def check_places(out: Path, planned: set[tuple[str, str]]) -> None:
+    """A ``ValueError`` naming the first place of an area or room folder of the plan that holds something else:
+    a file, or a link that leads to no folder (synth would fail there after the rooms before it), or a room
+    folder without its room file or ``Annotations`` (a room is written whole, so not synth's: it would be kept
+    as if it were, and the manifest list a room that is not there)."""
+    for place in sorted({out / area for area, _ in planned} | {out / area / room for area, room in planned}):
+        kind = "room" if place.parent != out else "area"
+        if os.path.lexists(place) and not place.is_dir():
+            what = "a link that leads to no folder" if place.is_symlink() else "a file"
+            raise ValueError(f"{place}: {what} where synth writes the {kind}'s folder; remove it, or choose "
+                             "another OUT")
+        lacks = [name for name in (f"{place.name}.txt", "Annotations")
+                 if kind == "room" and place.is_dir() and not os.path.lexists(place / name)]
+        if lacks:
+            raise ValueError(f"{place}: a room folder without {' or '.join(lacks)}, not one synth wrote whole; "
+                             "remove it (synth writes it again), or choose another OUT")
 
 
 def generate(out: Path, config, log=print) -> dict:

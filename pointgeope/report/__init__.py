@@ -14,8 +14,13 @@ from pointgeope import json_text
 RECORD = "report.json"  # written last, naming the checksum of every other output of the same report
 
 
+# The characters of a run's name kept in a file or folder name: a name of hundreds of characters made names
+# beyond the file system's 255 bytes (an OSError traceback after the tables were made).
+SLUG_CHARACTERS = 60
+
+
 def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "run"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:SLUG_CHARACTERS].strip("_") or "run"
 
 
 def confusion_names(names: list[str]) -> list[str]:

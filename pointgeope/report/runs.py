@@ -384,6 +384,10 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
         names = [Path(r).resolve().name for r in runs]
         if len(set(names)) < len(names):
             names = [f"{Path(r).resolve().parent.name}/{Path(r).resolve().name}" for r in runs]
+    for run, name in zip(runs, names, strict=True):  # each heads its run's rows of every table, on one line
+        if not (name.strip() and name.isprintable()):
+            raise ReportError(f"run {run}: expected a name of visible characters on one line, got {name!r} (blank "
+                              "or with a control character such as a newline); pass --names with one")
     if len(set(names)) < len(names):
         raise ReportError(f"expected distinct run names, got {names}; pass --names")
     summaries = [load_run(r, n, class_mean, allow_mixed) for r, n in zip(runs, names, strict=True)]

@@ -12,6 +12,11 @@ from pointgeope.data.voxelize import grid_coord, voxel_groups
 from pointgeope.plural import agreeing
 from pointgeope.viz import VizError
 
+# The range of --voxel. A micrometre: an area file's float32 coordinates resolve no finer in a room, and a voxel far
+# finer (1e-300 m) makes voxel indices beyond int64, which numpy casts to one value: a room drawn as 1 or 2 points.
+# A kilometre holds a whole building in one voxel; far larger ones (1e308 m) overflow the distances to its centre.
+MIN_VOXEL, MAX_VOXEL = 1e-6, 1000.0
+
 
 def parse_class_names(text: str | None, names: tuple[str, ...] = CLASS_NAMES) -> tuple[int, ...]:
     """``"ceiling,beam"`` -> ``(0, 3)``: the labels of the comma-separated names among ``names`` (the view's

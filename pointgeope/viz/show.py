@@ -16,10 +16,12 @@ from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_m
 def check_options(args) -> None:
     """Refuse, before any file is read, a value of ``pointgeope viz``'s options out of its range
     (:class:`VizError`, one line): image size within what the renderer makes, a point size >= 1 pixel (Open3D
-    draws no point smaller), a positive voxel, a point cap >= 0, a camera angle of finite degrees; no drawing
-    option (``--room``, ``--screenshot``, ``--ply``, ``--mode``, ``--hide``, ``--voxel``) with ``--list``,
-    which draws nothing; then the outputs (:func:`check_outputs`)."""
+    draws no point smaller), a voxel from a micrometre to a kilometre (:data:`~pointgeope.viz.select.MIN_VOXEL`), a
+    point cap >= 0, a camera angle of finite degrees; no drawing option (``--room``, ``--screenshot``, ``--ply``,
+    ``--mode``, ``--hide``, ``--voxel``) with ``--list``, which draws nothing; then the outputs
+    (:func:`check_outputs`)."""
     from pointgeope.viz.camera import MAX_IMAGE_SIDE, MIN_IMAGE_SIDE
+    from pointgeope.viz.select import MAX_VOXEL, MIN_VOXEL
 
     problems = [
         (not (MIN_IMAGE_SIDE <= args.width <= MAX_IMAGE_SIDE and MIN_IMAGE_SIDE <= args.height <= MAX_IMAGE_SIDE),
@@ -28,7 +30,9 @@ def check_options(args) -> None:
         (not 1 <= args.point_size < math.inf,
          f"expected --point-size >= 1 pixel (Open3D draws no point smaller), got {args.point_size:g}"),
         (args.max_points < 0, f"expected --max-points >= 0 (0: no cap), got {args.max_points}"),
-        (args.voxel is not None and not 0 < args.voxel < math.inf, f"expected --voxel > 0 metres, got {args.voxel}"),
+        (args.voxel is not None and not MIN_VOXEL <= args.voxel <= MAX_VOXEL,
+         f"expected --voxel from {MIN_VOXEL:g} to {MAX_VOXEL:g} metres (a micrometre: finer than an area file's "
+         f"coordinates resolve; a kilometre: a whole building), got {args.voxel}"),
         (not -90 <= args.elevation <= 90, f"expected --elevation in [-90, 90] degrees, got {args.elevation:g}"),
         (not math.isfinite(args.azimuth), f"expected a finite --azimuth in degrees, got {args.azimuth:g}"),
     ]
@@ -228,7 +232,7 @@ def show_room(args) -> int:
                   view.label, view.pred, view.origin)
         shifted = ("" if view.origin is None
                    else f", in place (origin {', '.join(f'{v:.15g}' for v in view.origin)} added)")
-        print(f"wrote {args.ply}: {len(view):,} points coloured by {mode}{shifted}")
+        print(f"wrote {args.ply}: {counted(len(view), 'point')} coloured by {mode}{shifted}")
     if args.screenshot:
         from pointgeope.viz.render import render_image, save_image
 

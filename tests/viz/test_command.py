@@ -54,7 +54,7 @@ def test_unknown_hidden_class_lists_the_valid_ones(synthetic_area, capsys):
     (["--room", "nope"], "--room 'nope': no such room in"),
     ([], "expected --room ROOM or --list; rooms in"),
     (["--room", "grid_1", "--mode", "error"], "--mode error needs --pred"),
-    (["--room", "grid_1", "--voxel", "-1"], "expected --voxel > 0"),
+    (["--room", "grid_1", "--voxel", "-1"], "expected --voxel from 1e-06 to 1000 metres"),
     (["--room", "grid_1", "--hide", ",".join(CLASS_NAMES)], "no point left to draw"),
 ])
 def test_user_errors(synthetic_area, capsys, argv, message):
@@ -163,7 +163,14 @@ def test_screenshot_to_a_folder_or_an_unknown_suffix_is_refused_before_rendering
     (["--point-size", "nan"], "expected --point-size >= 1 pixel (Open3D draws no point smaller), got nan"),
     (["--point-size", "0"], "expected --point-size >= 1 pixel (Open3D draws no point smaller), got 0"),
     (["--max-points", "-5"], "expected --max-points >= 0 (0: no cap), got -5"),
-    (["--voxel", "inf"], "expected --voxel > 0 metres, got inf"),
+    (["--voxel", "inf"], "expected --voxel from 1e-06 to 1000 metres (a micrometre: finer than an area file's "
+                         "coordinates resolve; a kilometre: a whole building), got inf"),
+    # drew the room as 1 or 2 points, exit 0: voxel indices beyond int64 cast to one value
+    (["--voxel", "1e-300"], "expected --voxel from 1e-06 to 1000 metres (a micrometre: finer than an area file's "
+                            "coordinates resolve; a kilometre: a whole building), got 1e-300"),
+    # numpy's overflow warnings, the distances to the voxel's centre infinite
+    (["--voxel", "1e308"], "expected --voxel from 1e-06 to 1000 metres (a micrometre: finer than an area file's "
+                           "coordinates resolve; a kilometre: a whole building), got 1e+308"),
     (["--azimuth", "nan"], "expected a finite --azimuth in degrees, got nan"),
     (["--elevation", "91"], "expected --elevation in [-90, 90] degrees, got 91"),
     (["--width", "20000", "--height", "20000"],                                          # a segmentation fault
@@ -175,6 +182,19 @@ def test_every_option_is_checked_before_anything_is_drawn(synthetic_area, tmp_pa
     assert main(["viz", str(area), *argv, "--ply", str(tmp_path / "v.ply")]) == 2
     assert capsys.readouterr().err == f"pointgeope viz: error: {message.format(area=area)}\n"
     assert not (tmp_path / "v.ply").exists()
+
+
+def test_the_finest_voxel_keeps_every_point_and_one_point_is_one_point(synthetic_area, tmp_path, capsys):
+    """At --voxel 1e-6 each of tiny_2's 4 points is its own voxel (below it, indices overflowed into one voxel);
+    a PLY of one point said "1 points"."""
+    area, _ = synthetic_area
+    out = tmp_path / "v.ply"
+    assert main(["viz", str(area), "--room", "tiny_2", "--voxel", "1e-6", "--ply", str(out)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"wrote {out}: 4 points coloured by gt"
+    assert len(_read_ply(out)[1]) == 4
+    out.unlink()
+    assert main(["viz", str(area), "--room", "tiny_2", "--max-points", "1", "--ply", str(out)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"wrote {out}: 1 point coloured by gt"
 
 
 def test_pred_without_predictions_and_an_unwritable_target_name_the_file(synthetic_area, tmp_path, capsys):

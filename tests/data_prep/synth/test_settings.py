@@ -44,9 +44,10 @@ def test_the_largest_room_estimate_is_the_count_sampling_gives():
     assert drawn <= estimate <= 1.3 * drawn
 
 
-@pytest.mark.parametrize("density", ["1e9", "1e30", "inf", "nan"])
+@pytest.mark.parametrize("density", ["1e9", "1e30", "1e308", "inf", "nan"])
 def test_a_density_beyond_memory_is_refused_before_allocating(density, tmp_path, capsys):
-    """Before: --density 1e9 tried a 200 GiB allocation and ended in numpy's MemoryError traceback."""
+    """Before: --density 1e9 tried a 200 GiB allocation and ended in numpy's MemoryError traceback; 1e308 made a
+    room's point count infinite, an OverflowError traceback of the memory estimate."""
     out = tmp_path / "sx"
     assert cli(["synth", str(out), "--density", density]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -55,3 +56,12 @@ def test_a_density_beyond_memory_is_refused_before_allocating(density, tmp_path,
         assert f"{BYTES_PER_POINT} B a point" in err[0] and "at most --density" in err[0], err
     assert not out.exists() or not any(out.iterdir())
     assert np.isfinite(BYTES_PER_POINT)
+
+
+@pytest.mark.parametrize("noise", ["0.1", "-0.001", "nan"])
+def test_a_noise_out_of_range_names_the_open_bound(noise, tmp_path, capsys):
+    """Before: `--noise 0.1` said "expected a noise of 0 to 0.1 m, got 0.1", a range that holds it."""
+    assert cli(["synth", str(tmp_path / "sx"), "--noise", noise]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pointgeope synth: error: expected --noise >= 0 and < 0.1 m (a tenth of a metre is no scanner's "
+                   f"noise), got {float(noise)}"], err
