@@ -28,14 +28,13 @@ features' dtype, so half-precision features (autocast) lose nothing to the rotat
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from pointgeope.geope import geometry_dtype, rotation_terms
-from pointgeope.model import geope_pairs
+from pointgeope.model import geope_pairs, stage_memo
 from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 from pointgeope.model.ops import gather
 
@@ -161,43 +160,24 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
     return out
 
 
-# Inside ``shared_tables()``: (id and version of pos and block_scale, channels) -> (pos, block_scale, tables)
-_SHARED: ContextVar[dict | None] = ContextVar("pointgeope_shared_rotation_tables", default=None)
-
-
-@contextlib.contextmanager
-def shared_tables() -> Iterator[None]:
+def shared_tables() -> contextlib.AbstractContextManager[None]:
     """Within the block, :func:`rotation_tables` of the same ``pos`` and ``block_scale`` tensors (the same
-    objects, unchanged since: their ``_version``) and width is built once and then returned again.
+    objects, unchanged since: their ``_version``) and width is built once and then returned again; so are the
+    layers' pair displacements (:mod:`pointgeope.model.stage_memo`, whose block this is).
 
     The layers of a PTv1 stage, encoder and decoder, turn the same points by the same block scales
     (``BlockScale`` gives modules of equal settings one tensor), so a network's forward builds one
     ``(5, N, C)`` table per stage instead of one per layer: about 30 fewer kernel launches per layer on a
     GPU and one table kept for the backward instead of one per layer. The tables are constants (no
-    gradient) and nothing writes into them, so sharing changes no value. The memo holds its keys' tensors,
-    so an ``id`` cannot be reused while it lives; it is dropped when the block ends."""
-    token = _SHARED.set({})
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
+    gradient) and nothing writes into them, so sharing changes no value."""
+    return stage_memo.shared()
 
 
 def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     """``shift_tables(block_rotations(pos, block_scale), channels)``, ``(5, N, C)``, for ``pos (N, 3)`` and
     ``block_scale (n,)`` without gradient; inside :func:`shared_tables` built once per inputs."""
-    memo = _SHARED.get()
-    if memo is None:
-        return _build_tables(pos, block_scale, channels)
-    key = (id(pos), _version(pos), id(block_scale), _version(block_scale), channels)
-    if key not in memo:
-        memo[key] = (pos, block_scale, _build_tables(pos, block_scale, channels))
-    return memo[key][2]
-
-
-def _version(t: Tensor) -> int:
-    """``t``'s in-place write counter (inference tensors keep none: 0; they are not written in a forward)."""
-    return 0 if t.is_inference() else t._version
+    return stage_memo.memoized(("rotation_tables", channels), (pos, block_scale),
+                               lambda: _build_tables(pos, block_scale, channels))
 
 
 def _build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
