@@ -181,21 +181,31 @@ def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
 
 
 def _build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
-    """``rotation_tables`` built entry by entry from the point's axis ``u`` and the blocks' angles (no
-    ``(N, n, 3, 3)`` matrices): ``R[d, e] = cos delta_de + sin [u]_x[d, e] + (1 - cos) u_d u_e``."""
+    """``rotation_tables`` built from the point's axis ``u`` and the blocks' angles (no ``(N, n, 3, 3)``
+    matrices): ``R[d, e] = cos delta_de + sin [u]_x[d, e] + (1 - cos) u_d u_e``, an entry ``(d, e)`` on the
+    table of its shift ``e - d + 2``. The entries of one shift (the diagonal ``e - d`` of the 3x3 blocks) are
+    written by one op each over all their rows ``d`` (11 kernels, not one per entry: a kernel launch each on a
+    GPU), every entry by the same arithmetic as one at a time (``addcmul``, ``mul`` then ``addcmul_``)::
+
+        shift 2 (e = d):     cos + versine u_d^2                 d = 0, 1, 2
+        shift 1 (e = d - 1): versine u_d u_e + sin (uz, ux)      (1, 0), (2, 1)
+        shift 3 (e = d + 1): versine u_d u_e - sin (uz, ux)      (0, 1), (1, 2)
+        shift 0 (e = d - 2): versine u_d u_e - sin uy            (2, 0)
+        shift 4 (e = d + 2): versine u_d u_e + sin uy            (0, 2)
+    """
     u, cos, sin, versine = rotation_terms(pos, block_scale)                    # (N, 3), 3 x (N, n)
     n = block_scale.shape[0]
     tables = pos.new_zeros(5, pos.shape[0], channels)
-    blocks = tables[..., : 3 * n].unflatten(-1, (n, 3))                        # (5, N, n, 3)
-    ux, uy, uz = u.unsqueeze(-1).unbind(1)                                     # (N, 1) each
-    cross = {(0, 1): -uz, (0, 2): uy, (1, 0): uz, (1, 2): -ux, (2, 0): -uy, (2, 1): ux}   # [u]_x
-    for d in range(3):
-        for e in range(3):
-            entry, uu = blocks[e - d + 2, :, :, d], u[:, d:d + 1] * u[:, e:e + 1]
-            if d == e:
-                torch.addcmul(cos, versine, uu, out=entry)
-            else:
-                torch.mul(versine, uu, out=entry).addcmul_(sin, cross[d, e])
+    blocks = tables[..., : 3 * n].unflatten(-1, (n, 3))                        # (5, N, n, 3): [shift, i, b, d]
+    uu = u.unsqueeze(2) * u.unsqueeze(1)                                       # (N, 3, 3): u_d u_e
+    turn = u.roll(1, dims=1)                                                   # (N, 3): uz, ux, uy
+    cos, sin, versine = cos.unsqueeze(-1), sin.unsqueeze(-1), versine.unsqueeze(-1)    # (N, n, 1)
+    torch.addcmul(cos, versine, uu.diagonal(0, 1, 2).unsqueeze(1), out=blocks[2])
+    for shift, rows, cross, sign in ((1, slice(1, 3), turn[:, 0:2], 1), (3, slice(0, 2), turn[:, 0:2], -1),
+                                     (0, slice(2, 3), turn[:, 2:3], -1), (4, slice(0, 1), turn[:, 2:3], 1)):
+        entry = blocks[shift, :, :, rows]                                       # (N, n, rows)
+        torch.mul(versine, uu.diagonal(shift - 2, 1, 2).unsqueeze(1), out=entry).addcmul_(sin, cross.unsqueeze(1),
+                                                                                          value=sign)
     tables[2, :, 3 * n:] = 1
     return tables
 
