@@ -29,7 +29,7 @@ breakdown: by phase (forward, loss, backward, optimizer), by op, by the innermos
 ``--before DIR`` also counts the package at ``DIR`` (e.g. ``git worktree add /tmp/main main``), in a child
 process with ``PYTHONPATH=DIR``, in the same run: ``before`` and ``after`` in one file.
 
-Usage: python bench/launch_count.py [--out bench/results/launch_count.json] [--points 2000] [--clouds 2]
+Usage: python bench/launch_count.py [--out bench/results/launch_count.json] [--points 800] [--clouds 2]
        [--presets rpe geope] [--before DIR]
 """
 from __future__ import annotations
@@ -247,13 +247,27 @@ def counted_elsewhere(tree: Path, args) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def gpu_reference(name: str = "h200_run8_bench_train_step.json") -> dict:
+    """The kernels that torch's profiler saw in one step of the same presets at 2 x 80k points on a GPU (the
+    committed ``bench_train_step.py --profile`` result ``name``), with its aten op calls, for the sanity check
+    of the count; empty where the file is not there."""
+    path = Path(__file__).resolve().parent / "results" / "gpu" / name
+    if not path.exists():
+        return {}
+    profile = json.loads(path.read_text()).get("profile", {})
+    return {"file": name, "presets": {pe: {"kernels": row.get("kernels"),
+                                           "op_calls": {e["name"]: e["calls"] for e in row.get("top", [])}}
+                                      for pe, row in profile.items()}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "launch_count.json")
-    parser.add_argument("--points", type=int, default=2000, help="points per cloud")
+    parser.add_argument("--points", type=int, default=800, help="points per cloud (the counts do not depend on it)")
     parser.add_argument("--clouds", type=int, default=2)
     parser.add_argument("--presets", nargs="+", default=["rpe", "geope"])
     parser.add_argument("--before", type=Path, help="also count the package of this source tree, as 'before'")
+    parser.add_argument("--before-label", default="", help="what the --before tree is (e.g. 'main at d9b32c7')")
     parser.add_argument("--json-only", action="store_true", help="print the counts as one JSON line, write nothing")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -269,15 +283,19 @@ def main() -> int:
            "counted": "aten ops but views/metadata/allocations, plus Triton launches; one step (forward, loss, "
                       "backward, SGD foreach), hierarchy given, CUDA's default kernel choices (bench/launch_count.py)"}
     if args.before:
-        out["before"] = {"tree": str(args.before), "presets": counted_elsewhere(args.before, args)}
+        out["before"] = {"tree": str(args.before), "label": args.before_label,
+                         "presets": counted_elsewhere(args.before, args)}
     out["after"] = {"presets": count(args.presets, args.points, args.clouds)}
     if args.before:
         out["saved"] = {p: out["before"]["presets"][p]["launches"] - out["after"]["presets"][p]["launches"]
                         for p in args.presets}
+    out["gpu_profiler"] = gpu_reference()
     save_json(args.out, out, indent=1)
-    print(json.dumps({k: v for k, v in out.items() if k in ("before", "saved")} | {
-        "after": {p: r["launches"] for p, r in out["after"]["presets"].items()}}, indent=1) if args.before else
-        json.dumps({p: r["by_phase"] for p, r in out["after"]["presets"].items()}))
+    totals = {"after": {p: r["launches"] for p, r in out["after"]["presets"].items()}}
+    if args.before:
+        totals = {"before": {p: r["launches"] for p, r in out["before"]["presets"].items()}, **totals,
+                  "saved": out["saved"]}
+    print(json.dumps(totals))
     return 0
 
 
