@@ -67,7 +67,8 @@ class Step:
 
 
 def ways(shared: bool):
-    """The tables shared per stage (the network's own ``shared_tables``) or built per layer."""
+    """The tables (and, since `stage_memo`, the pair displacements) shared per stage (the network's own
+    ``shared_tables``) or built per layer."""
     return contextlib.nullcontext() if shared else _per_layer()
 
 

@@ -46,6 +46,7 @@ from pointgeope.model.ops import gather
 from pointgeope.model.ops.checks import check_count
 from pointgeope.model.rope import axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame, pointrope_table
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
+from pointgeope.model.stage_memo import displacements
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "options_read",
            "options_for", "frequency_keys", "pair_frequencies"]
@@ -316,7 +317,7 @@ class PointTransformerLayer(nn.Module):
         if self.pe.absolute:                                                     # APE: q_i + e(p_i), k_j + e(p_j)
             e = absolute_features(coord, self._pair_frequencies(feat), c, q.dtype)
             q, key = q + e, key + e
-        disp = coord[idx] - coord.unsqueeze(1)                                   # (N, k, 3): p_j - p_i
+        disp = displacements(coord, idx)                    # (N, k, 3): p_j - p_i, once a stage (stage_memo)
         delta = None if self.linear_p is None else self.linear_p(disp.to(feat.dtype).view(-1, 3)).view(n, k, c)
         tables = self._standard_tables(coord, feat)                             # (5, N, C) or None
 

@@ -28,14 +28,13 @@ features' dtype, so half-precision features (autocast) lose nothing to the rotat
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from pointgeope.geope import geometry_dtype, rotation_terms
-from pointgeope.model import geope_pairs
+from pointgeope.model import geope_pairs, stage_memo
 from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 from pointgeope.model.ops import gather
 
@@ -161,61 +160,52 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
     return out
 
 
-# Inside ``shared_tables()``: (id and version of pos and block_scale, channels) -> (pos, block_scale, tables)
-_SHARED: ContextVar[dict | None] = ContextVar("pointgeope_shared_rotation_tables", default=None)
-
-
-@contextlib.contextmanager
-def shared_tables() -> Iterator[None]:
+def shared_tables() -> contextlib.AbstractContextManager[None]:
     """Within the block, :func:`rotation_tables` of the same ``pos`` and ``block_scale`` tensors (the same
-    objects, unchanged since: their ``_version``) and width is built once and then returned again.
+    objects, unchanged since: their ``_version``) and width is built once and then returned again; so are the
+    layers' pair displacements (:mod:`pointgeope.model.stage_memo`, whose block this is).
 
     The layers of a PTv1 stage, encoder and decoder, turn the same points by the same block scales
     (``BlockScale`` gives modules of equal settings one tensor), so a network's forward builds one
     ``(5, N, C)`` table per stage instead of one per layer: about 30 fewer kernel launches per layer on a
     GPU and one table kept for the backward instead of one per layer. The tables are constants (no
-    gradient) and nothing writes into them, so sharing changes no value. The memo holds its keys' tensors,
-    so an ``id`` cannot be reused while it lives; it is dropped when the block ends."""
-    token = _SHARED.set({})
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
+    gradient) and nothing writes into them, so sharing changes no value."""
+    return stage_memo.shared()
 
 
 def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     """``shift_tables(block_rotations(pos, block_scale), channels)``, ``(5, N, C)``, for ``pos (N, 3)`` and
     ``block_scale (n,)`` without gradient; inside :func:`shared_tables` built once per inputs."""
-    memo = _SHARED.get()
-    if memo is None:
-        return _build_tables(pos, block_scale, channels)
-    key = (id(pos), _version(pos), id(block_scale), _version(block_scale), channels)
-    if key not in memo:
-        memo[key] = (pos, block_scale, _build_tables(pos, block_scale, channels))
-    return memo[key][2]
-
-
-def _version(t: Tensor) -> int:
-    """``t``'s in-place write counter (inference tensors keep none: 0; they are not written in a forward)."""
-    return 0 if t.is_inference() else t._version
+    return stage_memo.memoized(("rotation_tables", channels), (pos, block_scale),
+                               lambda: _build_tables(pos, block_scale, channels))
 
 
 def _build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
-    """``rotation_tables`` built entry by entry from the point's axis ``u`` and the blocks' angles (no
-    ``(N, n, 3, 3)`` matrices): ``R[d, e] = cos delta_de + sin [u]_x[d, e] + (1 - cos) u_d u_e``."""
+    """``rotation_tables`` built from the point's axis ``u`` and the blocks' angles (no ``(N, n, 3, 3)``
+    matrices): ``R[d, e] = cos delta_de + sin [u]_x[d, e] + (1 - cos) u_d u_e``, an entry ``(d, e)`` on the
+    table of its shift ``e - d + 2``. The entries of one shift (the diagonal ``e - d`` of the 3x3 blocks) are
+    written by one op each over all their rows ``d`` (11 kernels, not one per entry: a kernel launch each on a
+    GPU), every entry by the same arithmetic as one at a time (``addcmul``, ``mul`` then ``addcmul_``)::
+
+        shift 2 (e = d):     cos + versine u_d^2                 d = 0, 1, 2
+        shift 1 (e = d - 1): versine u_d u_e + sin (uz, ux)      (1, 0), (2, 1)
+        shift 3 (e = d + 1): versine u_d u_e - sin (uz, ux)      (0, 1), (1, 2)
+        shift 0 (e = d - 2): versine u_d u_e - sin uy            (2, 0)
+        shift 4 (e = d + 2): versine u_d u_e + sin uy            (0, 2)
+    """
     u, cos, sin, versine = rotation_terms(pos, block_scale)                    # (N, 3), 3 x (N, n)
     n = block_scale.shape[0]
     tables = pos.new_zeros(5, pos.shape[0], channels)
-    blocks = tables[..., : 3 * n].unflatten(-1, (n, 3))                        # (5, N, n, 3)
-    ux, uy, uz = u.unsqueeze(-1).unbind(1)                                     # (N, 1) each
-    cross = {(0, 1): -uz, (0, 2): uy, (1, 0): uz, (1, 2): -ux, (2, 0): -uy, (2, 1): ux}   # [u]_x
-    for d in range(3):
-        for e in range(3):
-            entry, uu = blocks[e - d + 2, :, :, d], u[:, d:d + 1] * u[:, e:e + 1]
-            if d == e:
-                torch.addcmul(cos, versine, uu, out=entry)
-            else:
-                torch.mul(versine, uu, out=entry).addcmul_(sin, cross[d, e])
+    blocks = tables[..., : 3 * n].unflatten(-1, (n, 3))                        # (5, N, n, 3): [shift, i, b, d]
+    uu = u.unsqueeze(2) * u.unsqueeze(1)                                       # (N, 3, 3): u_d u_e
+    turn = u.roll(1, dims=1)                                                   # (N, 3): uz, ux, uy
+    cos, sin, versine = cos.unsqueeze(-1), sin.unsqueeze(-1), versine.unsqueeze(-1)    # (N, n, 1)
+    torch.addcmul(cos, versine, uu.diagonal(0, 1, 2).unsqueeze(1), out=blocks[2])
+    for shift, rows, cross, sign in ((1, slice(1, 3), turn[:, 0:2], 1), (3, slice(0, 2), turn[:, 0:2], -1),
+                                     (0, slice(2, 3), turn[:, 2:3], -1), (4, slice(0, 1), turn[:, 2:3], 1)):
+        entry = blocks[shift, :, :, rows]                                       # (N, n, rows)
+        torch.mul(versine, uu.diagonal(shift - 2, 1, 2).unsqueeze(1), out=entry).addcmul_(sin, cross.unsqueeze(1),
+                                                                                          value=sign)
     tables[2, :, 3 * n:] = 1
     return tables
 

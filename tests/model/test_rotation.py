@@ -239,3 +239,42 @@ def test_block_scales_of_equal_settings_are_one_tensor():
     assert a(torch.float32, dev) is not c(torch.float32, dev)
     assert a(torch.float64, dev) is not a(torch.float32, dev)
     torch.testing.assert_close(c(torch.float64, dev), 2 * a(torch.float64, dev), rtol=1e-15, atol=0)
+
+
+def _tables_entry_by_entry(pos, block_scale, channels):
+    """The shift tables by their definition, one 3x3 entry at a time: ``T_{e-d}[i, 3b + d] = R_b(p_i)[d, e]``,
+    ``R[d, e] = cos delta_de + sin [u]_x[d, e] + (1 - cos) u_d u_e`` (the diagonal by ``addcmul``, the others by
+    ``mul`` then ``addcmul_``: the arithmetic of a GPU's kernels, entry by entry)."""
+    from pointgeope.geope import rotation_terms
+
+    u, cos, sin, versine = rotation_terms(pos, block_scale)
+    n = block_scale.shape[0]
+    tables = pos.new_zeros(5, pos.shape[0], channels)
+    ux, uy, uz = u[:, 0:1], u[:, 1:2], u[:, 2:3]
+    cross = {(0, 1): -uz, (0, 2): uy, (1, 0): uz, (1, 2): -ux, (2, 0): -uy, (2, 1): ux}
+    for b in range(n):
+        for d in range(3):
+            for e in range(3):
+                uu = u[:, d] * u[:, e]
+                if d == e:
+                    entry = torch.addcmul(cos[:, b], versine[:, b], uu)
+                else:
+                    entry = torch.mul(versine[:, b], uu).addcmul_(sin[:, b], cross[d, e][:, 0])
+                tables[e - d + 2, :, 3 * b + d] = entry
+    tables[2, :, 3 * n:] = 1
+    return tables
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("channels", [3, 30, 32, 34])
+def test_tables_are_every_entry_of_the_definition_bit_for_bit(channels, dtype):
+    """The tables written a shift at a time hold exactly the entries computed one at a time (a point at the
+    origin included: R = I there), in float32 and float64."""
+    _, pos, _, scale = _setup(channels, n=23, seed=5)
+    pos, scale = pos.to(dtype), scale.to(dtype)
+    pos[3] = 0.0
+    got = rotation_tables(pos, scale, channels)
+    assert torch.equal(got, _tables_entry_by_entry(pos, scale, channels))
+    identity = torch.zeros(5, channels, dtype=dtype)
+    identity[2] = 1
+    assert torch.equal(got[:, 3], identity)                              # R = I at the origin

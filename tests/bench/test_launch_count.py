@@ -1,0 +1,96 @@
+"""Tests of bench/launch_count.py, the CPU's count of a step's GPU launches: what it counts (aten ops but views and
+allocations, Triton launches without the interpreter's own copies, the CUDA default's kernel choices) and exact,
+explained counts of the parts whose launches were cut (GeoPE's tables, a stage's displacements)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="counts CPU tensors in Triton's interpreter")
+
+TINY = dict(blocks=(1, 2, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours=(8, 8, 8),
+            decoder_blocks=(1, 1, 1), share_planes=8)
+
+
+@pytest.fixture
+def launch_count(kernel_failures_forgotten, monkeypatch):
+    """The module, with the environment's kernel switches unset (the CUDA default is what it follows)."""
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    import launch_count
+
+    return launch_count
+
+
+def test_views_and_allocations_launch_nothing_and_each_op_once(launch_count):
+    x, w, b = torch.randn(6, 4), torch.randn(4, 5), torch.randn(5)
+    with launch_count.LaunchCounter() as counter:
+        y = x.view(3, 8).t().unsqueeze(0).detach()[..., 1:]
+        torch.empty(10)
+        z = torch.addmm(b, x, w) + 1
+        z.relu_()
+    assert y.shape == (1, 8, 2)
+    assert dict(counter.ops) == {("forward", "addmm"): 1, ("forward", "add"): 1, ("forward", "relu_"): 1}
+
+
+def test_a_triton_launch_counts_once_and_its_argument_copies_not(launch_count):
+    from pointgeope.model import fused_attention
+
+    g = torch.Generator().manual_seed(0)
+    key, q = torch.randn(12, 16, generator=g), torch.randn(12, 16, generator=g)
+    idx = torch.randint(0, 12, (12, 4), generator=g)
+    counter = launch_count.LaunchCounter()
+    with launch_count.cuda_choices(), counter.triton_launches(), counter:
+        out = fused_attention.relation(key, idx, q, check_index=False)      # (the check: one aminmax)
+    torch.testing.assert_close(out, key[idx] - q.unsqueeze(1), rtol=0, atol=0)
+    assert dict(counter.ops) == {("forward", "triton:relation_forward"): 1}     # its output: torch.empty
+
+
+def test_the_opt_in_kernels_stay_off_as_on_cuda(launch_count):
+    from pointgeope.model import kernels, norm
+
+    with launch_count.cuda_choices():
+        assert norm.KERNEL.enabled(torch.device("cpu"))                      # the CUDA default
+        assert not norm.PLAIN_KERNEL.enabled(torch.device("cpu"))            # opt-in (cuda_default=False)
+    assert not kernels.use_triton("relation", torch.device("cpu"))          # restored after the block
+
+
+def test_geope_tables_take_20_launches(launch_count):
+    """``rotation_tables``: Rodrigues' terms 7 (norm, clamp, divide, angle, cos, sin, versine), the zeroed
+    tables 1, ``u_d u_e`` 1, the turned axis 1, the diagonal 1, two per other shift 8, the pass-through ones
+    1; written one entry at a time it took 36 (27 for the nine entries)."""
+    from pointgeope.geope import frequencies
+    from pointgeope.model.rotation import rotation_tables
+
+    pos, scale = torch.rand(50, 3), (frequencies(32) * 25.0 / 3).float()
+    with launch_count.LaunchCounter() as counter:
+        rotation_tables(pos, scale, 32)
+    assert counter.total() == 20
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope"])
+def test_a_stage_computes_its_displacements_once(launch_count, pe):
+    """A training step of a tiny network on the CUDA path: the launches of each attention layer's own code
+    (not its Linears' and norms') are its two Triton kernels (relation, aggregation), plus the gather and
+    subtraction of ``p_j - p_i`` (2) in the first layer of each stage only; ``geope`` also turns the points
+    (``apply_shifted``: a product and 4 multiply-adds) in every layer and builds its stage's tables (20)
+    in the first."""
+    from pointgeope.model import PointTransformerSeg
+
+    g = torch.Generator().manual_seed(0)
+    coord = torch.rand(200, 3, generator=g) * 3
+    feat, offset = torch.cat([torch.rand(200, 3, generator=g), coord], dim=1), torch.tensor([130, 200])
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe=pe, **TINY).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        optimizer.zero_grad()
+        model(coord, feat, offset).square().mean().backward()
+        optimizer.step()
+
+    counter = launch_count.count_step(step, model, optimizer)
+    layers = {name: counter.where["forward", name] for name, m in model.named_modules()
+              if type(m).__name__ == "PointTransformerLayer"}
+    first = {"encoder.0.0.attention", "encoder.1.0.attention", "encoder.2.0.attention"}
+    own = 2 + (5 if pe == "geope" else 0)
+    assert layers == {name: own + (2 + (20 if pe == "geope" else 0) if name in first else 0) for name in layers}

@@ -1,0 +1,104 @@
+"""Tests of pointgeope/model/stage_memo.py: what a stage's layers derive from the hierarchy alone is built once
+inside ``shared()`` and is the very value each layer built before; the network shares it per stage and its
+logits and gradients stay bit for bit those of a layer building its own."""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from pointgeope.model import PointTransformerSeg, network, stage_memo
+from pointgeope.model.stage_memo import displacements, memoized, shared
+
+TINY = dict(blocks=(1, 2, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours=(8, 8, 8),
+            decoder_blocks=(1, 1, 1), share_planes=8)
+
+
+def _neighbours(n=40, k=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 3, generator=g, dtype=torch.float64), torch.randint(0, n, (n, k), generator=g)
+
+
+def test_displacements_are_neighbour_minus_query():
+    coord, idx = _neighbours()
+    got = displacements(coord, idx)
+    for i in range(coord.shape[0]):
+        for j in range(idx.shape[1]):
+            assert torch.equal(got[i, j], coord[idx[i, j]] - coord[i])
+
+
+def test_memoized_builds_once_per_inputs_and_again_after_a_write():
+    coord, idx = _neighbours()
+    builds = []
+
+    def build():
+        builds.append(1)
+        return coord.sum(0)
+
+    memoized("t", (coord, idx), build)
+    memoized("t", (coord, idx), build)
+    assert len(builds) == 2                                    # outside the block: built at every call
+    with shared():
+        first = memoized("t", (coord, idx), build)
+        assert memoized("t", (coord, idx), build) is first and len(builds) == 3
+        memoized("u", (coord, idx), build)                     # another tag
+        memoized("t", (coord.clone(), idx), build)             # another tensor, equal values
+        assert len(builds) == 5
+        coord[0, 0] += 1.0                                     # written: its version moves on
+        assert memoized("t", (coord, idx), build) is not first and len(builds) == 6
+    memoized("t", (coord, idx), build)
+    assert len(builds) == 7                                    # the memo ends with the block
+
+
+def test_displacements_shared_only_without_gradient():
+    coord, idx = _neighbours()
+    with shared():
+        assert displacements(coord, idx) is displacements(coord, idx)
+        moving = coord.clone().requires_grad_()
+        a, b = displacements(moving, idx), displacements(moving, idx)
+        assert a is not b                                      # each carries its own share of the gradient
+        (a.square().sum() + 2 * b.sum()).backward()
+    want = torch.zeros_like(coord)
+    d = (coord[idx] - coord.unsqueeze(1))
+    per_pair = 2 * d + 2                                       # d/dd of d^2 + 2 d
+    want.index_add_(0, idx.reshape(-1), per_pair.reshape(-1, 3))
+    want -= per_pair.sum(1)
+    torch.testing.assert_close(moving.grad, want, rtol=1e-12, atol=1e-12)
+
+
+def _batch(sizes=(130, 70), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    coord = torch.rand(sum(sizes), 3, generator=g) * torch.tensor([3.0, 3.0, 2.0])
+    feat = torch.cat([torch.rand(sum(sizes), 3, generator=g), coord], dim=1)
+    return coord, feat, torch.tensor(sizes).cumsum(0)
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope"])
+def test_the_layers_of_a_stage_share_displacements_and_nothing_changes(pe, monkeypatch):
+    """One displacement tensor built per stage in the forward (encoder and decoder layers share it), and the
+    logits and every gradient bit for bit those of the network whose layers build their own."""
+    built = []
+    own = stage_memo.memoized
+
+    def counted(tag, inputs, build):
+        return own(tag, inputs, lambda: built.append(tag) or build())
+
+    monkeypatch.setattr(stage_memo, "memoized", counted)
+    coord, feat, offset = _batch()
+    runs = []
+    for share in (True, False):
+        if not share:
+            monkeypatch.setattr(network, "shared_tables", contextlib.nullcontext)
+        torch.manual_seed(0)
+        model = PointTransformerSeg(pe=pe, **TINY).train()
+        built.clear()
+        logits = model(coord, feat, offset)
+        forward_built = built.count("displacements")
+        logits.square().sum().backward()
+        runs.append((logits, [p.grad for p in model.parameters()], forward_built))
+    (shared_logits, shared_grads, shared_built), (alone, alone_grads, alone_built) = runs
+    assert torch.equal(shared_logits, alone)
+    assert all(torch.equal(a, b) for a, b in zip(shared_grads, alone_grads, strict=True))
+    layers = sum(len(blocks) for blocks in (*model.encoder, *model.decoder))
+    assert (shared_built, alone_built) == (3, layers)          # one per stage (3 stages) against one per layer
