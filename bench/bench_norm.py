@@ -10,6 +10,11 @@ against the same kernels without the activation; forward + backward in training 
     points s1     1.28M point rows, width 32 (the blocks' norms)
     plain s1      the same point rows, no ReLU (the blocks' third norm, ``norm.BatchNorm``)
     plain s2      320k point rows of stage 2, width 64, no ReLU
+    padded plain s1, padded plain s2   plain s1's and s2's rows in a padded batch (``padding.batch_rows``, what
+                  a CUDA graph's step runs): the statistics over the first ``valid`` rows (the last 1/32 dummy;
+                  ``padding.padded_sizes`` adds at most about 1/16), on the plain kernel (the CUDA default there)
+                  against the torch ops' prefix statistics (``prefix_norm.prefix_batch_norm``, torch's path there);
+                  on CUDA each also captured in a CUDA graph (``graph_*``: no launch costs, as the graphed step)
 
 Each case: the time of one forward + backward (the package's timer, ``kernel_check.timed``: the device's
 queue waited for before and after), the minimum over ``--reps`` runs, both paths interleaved; the fused
@@ -36,6 +41,7 @@ from gpu_record import run_record
 CASES = (("pairs s1", 1_280_000 * 16, 32, True), ("pairs s1 C/s", 1_280_000 * 16, 4, True),
          ("pairs s1 rpe", 1_280_000 * 16, 3, True), ("pairs s2", 320_000 * 16, 64, True),
          ("points s1", 1_280_000, 32, True), ("plain s1", 1_280_000, 32, False), ("plain s2", 320_000, 64, False))
+PADDED = (("padded plain s1", 1_280_000, 32), ("padded plain s2", 320_000, 64))
 
 
 def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, reps: int, relu: bool = True) -> dict:
@@ -66,6 +72,68 @@ def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, re
     return {"rows": rows, "width": width, "dtype": str(dtype)[6:], "relu": relu, "torch_ms": best["torch"] * 1e3,
             "fused_ms": best["triton"] * 1e3, "fused_over_torch": best["triton"] / best["torch"],
             **diff}
+
+
+def padded_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
+    """One padded case (module docstring): ``norm.BatchNorm`` in training inside ``padding.batch_rows`` over
+    ``rows`` rows of which the first ``valid`` are real, on the kernel (``triton``) and on the torch ops' prefix
+    statistics (``torch``), eager and (CUDA) each as a CUDA graph, all four interleaved."""
+    from pointgeope.model import padding
+    from pointgeope.model.kernel_check import timed
+    from pointgeope.model.kernel_choice import forced
+    from pointgeope.model.norm import BatchNorm
+
+    module = BatchNorm(width).to(device)
+    valid = torch.tensor(rows - rows // 32, device=device)
+    x = (torch.randn(rows, width, device=device) * 2 + 0.5).to(dtype).requires_grad_()
+    grad = torch.randn(rows, width, device=device).to(dtype)
+
+    def step(path: str):
+        def run():
+            x.grad = None
+            with forced(path):
+                with padding.batch_rows({rows: valid}):
+                    y = module(x)
+                y.backward(grad)
+            return y.detach(), x.grad
+        return run
+    sides = {f"eager {path}": step(path) for path in ("torch", "triton")}
+    if device.type == "cuda":
+        sides.update({f"graph {path}": graphed(step(path), device) for path in ("torch", "triton")})
+    out, seconds = {}, {side: [] for side in sides}
+    for _ in range(reps):
+        for side, fn in sides.items():
+            out[side], times = timed(fn, device, 1)
+            seconds[side] += times
+    ms = {side: min(s) * 1e3 for side, s in seconds.items()}
+    row = {"rows": rows, "valid": int(valid), "width": width, "dtype": str(dtype)[6:], "relu": False,
+           "torch_ms": ms["eager torch"], "fused_ms": ms["eager triton"],
+           "fused_over_torch": ms["eager triton"] / ms["eager torch"],
+           **agreement(out["eager triton"], out["eager torch"], relu=False)}
+    if device.type == "cuda":
+        row.update(graph_torch_ms=ms["graph torch"], graph_fused_ms=ms["graph triton"],
+                   graph_fused_over_torch=ms["graph triton"] / ms["graph torch"],
+                   **{f"graph_{k}": v for k, v in agreement(out["graph triton"], out["graph torch"], False).items()})
+    return row
+
+
+def graphed(run, device: torch.device):
+    """``run`` (forward + backward of one side) captured in a CUDA graph after three eager runs on a side stream,
+    as ``engine/graphs.py`` records the step; returns the replay, which answers ``run``'s (static) outputs."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+
+    def replay():
+        graph.replay()
+        return out
+    return replay
 
 
 def agreement(fused: tuple, reference: tuple, relu: bool = True) -> dict:
@@ -100,6 +168,15 @@ def main() -> int:
             out["cases"].append(row)
             print(f"{name:<14} {row['dtype']:<9} torch {row['torch_ms']:8.3f} ms  fused {row['fused_ms']:8.3f} ms  "
                   f"x{row['fused_over_torch']:.2f}", flush=True)
+            save_json(args.out, out, indent=1)
+    for name, rows, width in PADDED:             # last: a failure here keeps every case above
+        for dtype in (torch.bfloat16, torch.float32):
+            row = {"case": name, **padded_case(rows // args.scale, width, dtype, device, args.reps)}
+            out["cases"].append(row)
+            graph = (f"  graph: prefix ops {row['graph_torch_ms']:8.3f} ms  kernel {row['graph_fused_ms']:8.3f} ms  "
+                     f"x{row['graph_fused_over_torch']:.2f}" if "graph_fused_ms" in row else "")
+            print(f"{name:<16} {row['dtype']:<9} prefix ops {row['torch_ms']:8.3f} ms  kernel {row['fused_ms']:8.3f} "
+                  f"ms  x{row['fused_over_torch']:.2f}{graph}", flush=True)
             save_json(args.out, out, indent=1)
     print(json.dumps(out, indent=1))
     return 0

@@ -12,7 +12,9 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                a summary the step records the outcomes of its log's progress marks (``progress``)
     check      ``pointgeope info --check``: every Triton kernel once at the recipe's sizes against its torch path
     warm       (CUDA) the kernels of the timed steps compiled first, by processes side by side (Triton's
-               cache on disk keeps them): the timed steps then measure steps, not compilers
+               cache on disk keeps them): the timed steps then measure steps, not compilers; before ``bench``'s
+               steps and before ``graphs`` and ``graphs16`` (without it their first case compiles every kernel in
+               one process: run 8's ``graphs`` took 46.6 s after it)
     hierarchy  (CUDA) ``bench_hierarchy.py``: the whole hierarchy at 2 and 16 x 80k (Triton, and at 2 the host's
                numba + pykdtree beside it: the same samples and neighbours?), the Triton ops of the first
                stages alone, the FPS kernels and settings (rounds per chunk and round size, stream)
@@ -30,7 +32,9 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     published_bf16 (CUDA) the same test in bf16 (``eval.amp=bf16``), then once in float32 on the same
                network: both times and the share of points whose voted class agrees
     norm_op    (CUDA) ``bench_norm.py``: batch norm + ReLU and the plain norm (no ReLU) alone, torch's against
-               the fused op, forward + backward at the published batch's row counts and widths, bf16 and float32
+               the fused op, forward + backward at the published batch's row counts and widths, bf16 and float32;
+               and the plain norm in a padded batch, the kernel against the torch ops' prefix statistics, eager
+               and as a CUDA graph (``--no-norm-op`` leaves it out)
     norm       (CUDA) ``bench_train_step.py --kernels torch_norm default``: the step at ``--norm-clouds`` x
                ``--points`` (rpe, geope), bf16 and float32, with torch's batch norms and with the fused ones
                (``norm.py``: batch norm and its ReLU as one Triton kernel, the CUDA default since run 6, and
@@ -69,7 +73,7 @@ script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``),
 
 Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--kernels] [--device cpu]
        [--points 80000] [--budget 540] [--no-tests] [--no-hierarchy] [--no-relation-backward] [--no-bench]
-       [--no-published] [--no-check] [--no-norm] [--no-graphs] [--no-graphs16] [--no-loader]
+       [--no-published] [--no-check] [--no-norm] [--no-norm-op] [--no-graphs] [--no-graphs16] [--no-loader]
        [--no-ptv3]
 
 One call a device session (``bash bench/gpu_wheels.sh`` here first, then carry ``.whl``; ``--budget 480``, the
@@ -272,8 +276,8 @@ def parse_args() -> argparse.Namespace:
                                              "tests/engine/test_evaluate.py", "tests/test_geope.py",
                                              "tests/test_metrics.py"])
     add("--tests-workers", type=int, default=12, help="pytest-xdist processes of the tests step (1: none)")
-    for name in ("tests", "bench", "hierarchy", "relation_backward", "published", "check", "norm", "graphs",
-                 "graphs16", "loader"):
+    for name in ("tests", "bench", "hierarchy", "relation_backward", "published", "check", "norm", "norm_op",
+                 "graphs", "graphs16", "loader"):
         add(f"--no-{name.replace('_', '-')}", action="store_true")
     add("--hierarchy-clouds", type=int, nargs="*", default=[],
         help="bench: batch sizes of bench_train_step's hierarchy-per-backend timings (default none)")
@@ -324,7 +328,8 @@ def plan(args: argparse.Namespace) -> list:
     # short by its budget must have them; then the kernels of the timed steps, compiled side by side
     steps += [] if args.no_tests else [("tests", step_tests)]
     steps += [("check", step_check)] if cuda and not args.no_check else []
-    steps += [("warm", step_warm)] if cuda and bench else []
+    graphs = not (args.no_graphs and args.no_graphs16)      # their first case would compile in one process
+    steps += [("warm", step_warm)] if cuda and (bench or graphs) else []
     # the paths whose measure decides a default (run 6: graphs stay opt-in, the fused batch norm became the
     # default, the atomic backward stays; run 8: graphs stay off at the recipe's batch, the plain norm opt-in):
     # CUDA graphs at 2 x 80k, the recipe's step (the fold time, geope / rpe, beside / given), the graph at the
@@ -332,9 +337,9 @@ def plan(args: argparse.Namespace) -> list:
     steps += [("graphs", step_graphs)] if cuda and not args.no_graphs else []
     steps += [("bench16", step_bench16)] if cuda and bench else []
     steps += [("graphs16", step_graphs16)] if cuda and not args.no_graphs16 else []
-    # the fused batch norms alone, then in the recipe's step: norm_op (a few seconds, no --no-* flag) runs
-    # here, not among the last steps the budget drops, as the only timing of the op (the plain norm included)
-    steps += [("norm_op", step_norm_op)] if cuda and bench else []
+    # the fused batch norms alone, then in the recipe's step: norm_op (a few seconds) runs here, not among the
+    # last steps the budget drops, as the only timing of the op (the plain norm included, unpadded and padded)
+    steps += [("norm_op", step_norm_op)] if cuda and not args.no_norm_op else []
     steps += [("norm", step_norm)] if cuda and not args.no_norm else []
     steps += [("relation_backward", step_relation_backward)] if cuda and not args.no_relation_backward else []
     # then the targets measured before, again after the last kernel change, and the loader's route

@@ -1,5 +1,7 @@
 """``pointgeope info --check`` of the batch norm kernels (:mod:`pointgeope.model.kernel_check`): the Triton
-op against torch's, training mode, forward and backward, float32 and bfloat16.
+op against torch's, training mode, forward and backward, float32 and bfloat16, and float32 in a padded batch
+(``padded``: the statistics of the first ``valid`` rows, the last 1/32 dummy, as a CUDA graph's step runs both
+norms, against the torch ops' prefix statistics).
 
 :data:`~pointgeope.model.norm.KERNEL` (with its ReLU) is checked on the pair MLP's first norm
 (``pairs x 16`` rows of width 64), :data:`~pointgeope.model.norm.PLAIN_KERNEL` on a block's third norm
@@ -43,9 +45,11 @@ def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> li
                    for a, v in zip(got, want, strict=True)), \
             f"rows={rows} width={width}, relative"
     cases = []
-    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
-        def run(fn, xd=x.to(dtype)):  # noqa: B008 - this iteration's input, bound when run is made
-            return _grads(lambda a, wt, bs: fn(a, wt, bs, None, None, True, 0.1, 1e-5), [xd, w, b])
-        cases.append(kernels.CheckCase(f"fwd+bwd {str(dtype)[6:]}", lambda r=run: r(lambda *a: kernel(device, *a)),
+    valid = torch.tensor(rows - rows // 32, device=device)       # a padded batch: the last 1/32 rows dummy
+    for dtype, tol, prefix in ((torch.float32, 1e-4, None), (torch.bfloat16, 2e-2, None), (torch.float32, 1e-4, valid)):
+        def run(fn, xd=x.to(dtype), v=prefix):  # noqa: B008 - this iteration's input, bound when run is made
+            return _grads(lambda a, wt, bs: fn(a, wt, bs, None, None, True, 0.1, 1e-5, v), [xd, w, b])
+        label = f"fwd+bwd {str(dtype)[6:]}" + ("" if prefix is None else " padded")
+        cases.append(kernels.CheckCase(label, lambda r=run: r(lambda *a: kernel(device, *a)),
                                        lambda r=run: r(kernel.torch), compare, tol))
     return cases

@@ -146,7 +146,8 @@ def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     """On a GPU (the plan only: nothing runs) the header's calls parse; a plain run takes every step once, the
     tests and the kernel check before any timing, and the paths no GPU has measured (each deciding a default)
     before the targets measured earlier; the header's second call is docs/gpu.md's next call, word for word:
-    the tests, the kernel check and the two graph steps."""
+    the tests, the kernel check, the compiles (which the graph steps need, ``--no-bench`` or not), the two graph
+    steps and the norm alone."""
     import gpu_check
 
     def steps(args: list[str]) -> list[str]:
@@ -157,8 +158,24 @@ def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     assert len(set(first)) == len(first) and first == steps([])
     assert first[:4] == ["info", "tests", "check", "warm"]
     assert first[4:10] == ["graphs", "bench16", "graphs16", "norm_op", "norm", "relation_backward"]
-    assert later == ["info", "tests", "check", "graphs", "graphs16"]
+    assert later == ["info", "tests", "check", "warm", "graphs", "graphs16", "norm_op"]
     assert _header_calls()[1] == _next_call()
+
+
+def test_the_compiles_run_before_every_timed_step_that_compiles(monkeypatch):
+    """``warm`` (the kernels compiled side by side) is planned where ``bench``'s steps or a graph step will time
+    kernels, and not where neither runs; the norm alone (``norm_op``) runs without ``bench``'s steps and goes with
+    ``--no-norm-op``."""
+    import gpu_check
+
+    def steps(*args: str) -> list[str]:
+        monkeypatch.setattr(sys, "argv", ["gpu_check.py", *args])
+        return [name for name, _ in gpu_check.plan(gpu_check.parse_args())]
+
+    assert steps("--no-bench", "--no-graphs")[3:6] == ["warm", "graphs16", "norm_op"]
+    assert steps("--no-bench", "--no-graphs16")[3:6] == ["warm", "graphs", "norm_op"]
+    assert "warm" not in steps("--no-bench", "--no-graphs", "--no-graphs16")
+    assert "norm_op" not in steps("--no-norm-op") and "norm" in steps("--no-norm-op")
 
 
 @pytest.mark.parametrize("config, train_amp, eval_amp, tested", [
@@ -304,7 +321,7 @@ def test_the_next_call_fits_its_budget_at_run_8s_times(monkeypatch):
     times = _timeline(limits, _run_steps("h200_run8"))
     ran_out = [run["tests"]["seconds"] for run in _run_steps("h100_run7", "h200_run8")
                if run["tests"]["rc"] == "timeout"]
-    assert {"tests", "check", "graphs", "graphs16"} <= set(limits)
+    assert {"tests", "check", "warm", "graphs", "graphs16", "norm_op"} <= set(limits)
     assert limits["tests"] > max(ran_out), (limits["tests"], ran_out)
     assert all(budget - start >= 15 for start, _ in times.values()), times
     assert max(end for name, (_, end) in times.items() if name != list(times)[-1]) <= budget, times
@@ -325,25 +342,30 @@ def test_the_next_calls_seconds_in_docs_are_run_8s(monkeypatch):
 
 
 def test_the_next_call_times_both_graph_steps_even_at_their_limits(monkeypatch):
-    """docs/gpu.md's next call (the padded step's third norm on the plain kernel) runs ``graphs`` and ``graphs16``,
-    the latter in float32 and bf16; with ``graphs`` at its whole limit (it now records two graphs a case and times
-    two more steps than run 8's) and the steps before it at run 8's seconds (the tests at their limit),
-    ``graphs16`` still starts with its whole limit left, and the docs say those seconds."""
+    """docs/gpu.md's next call (the padded step's third norm on the plain kernel) runs ``graphs`` and ``graphs16``
+    after the compiles, the latter in float32 and bf16, then the norm alone; with ``graphs`` at its whole limit (it
+    now records two graphs a case and times two more steps than run 8's) and the steps before it at run 8's seconds
+    (the tests at their limit), ``graphs16`` still starts with over twice run 8's seconds of it left (it times five
+    sides a case where run 8's timed three), and the docs say those seconds."""
     call = _next_call()
     limits = _limits(monkeypatch, call)
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", *call])
     import gpu_check
 
-    assert list(limits)[-2:] == ["graphs", "graphs16"] and gpu_check.parse_args().graphs16_amps == ["none", "bf16"]
-    run8 = [{name: step for name, step in run.items() if name != "graphs"} for run in _run_steps("h200_run8")]
-    times = _timeline(limits, run8)
+    assert list(limits)[-4:] == ["warm", "graphs", "graphs16", "norm_op"]
+    assert gpu_check.parse_args().graphs16_amps == ["none", "bf16"]
+    run8 = _run_steps("h200_run8")
+    run8_graphs16 = run8[0]["graphs16"]["seconds"]
+    times = _timeline(limits, [{name: step for name, step in run.items() if name != "graphs"} for run in run8])
     budget = float(call[call.index("--budget") + 1])
-    assert budget - times["graphs16"][0] >= limits["graphs16"], times
+    left = budget - times["graphs16"][0]
+    assert left >= 2 * run8_graphs16, times
     text = " ".join((REPO / "docs" / "gpu.md").read_text().split("**The next call.**")[1].split("\n\n")[0].split())
-    said = re.search(r"it may take its whole (\d+) s limit: then (\d+) s, and `graphs16` still has its (\d+) s", text)
+    said = re.search(r"it may take its whole (\d+) s limit: then (\d+) s, and `graphs16` still has (\d+) s, over "
+                     r"twice run 8's (\d+) s", text)
     assert said, "docs/gpu.md's next call no longer says when graphs ends at its limit"
-    assert [int(x) for x in said.groups()] == [round(limits["graphs"]), round(times["graphs"][1]),
-                                                round(limits["graphs16"])], times
+    assert [int(x) for x in said.groups()] == [round(limits["graphs"]), round(times["graphs"][1]), int(left),
+                                                round(run8_graphs16)], times
 
 
 def test_a_tests_step_cut_short_records_what_had_reported(tmp_path):

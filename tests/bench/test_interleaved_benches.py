@@ -164,3 +164,25 @@ def test_the_separate_baseline_is_the_same_hierarchy_bit_for_bit_and_its_parts_a
     for row in parts.values():
         assert 0 < row["fps_s"] and 0 < row["knn_s"] and row["fps_s"] + row["knn_s"] <= row["total_s"]
         assert 0 < row["knn_share"] < 1
+
+
+def test_bench_norm_times_the_padded_plain_norm_on_the_kernel_and_on_the_prefix_ops(monkeypatch,
+                                                                                    kernel_failures_forgotten):
+    """``bench_norm.padded_case`` on the CPU (the kernel in Triton's interpreter; no graph there): its two sides run
+    what a padded batch's third norm runs, interleaved, a warm-up run before each timed one: the plain kernel with
+    the real prefix (``valid``, the last 1/32 rows dummy) and the torch ops' prefix statistics with the same prefix;
+    their outputs and input gradients agree to float32 rounding."""
+    pytest.importorskip("triton")
+    import bench_norm
+    from pointgeope.model import norm
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    calls, fused, ops = [], norm.PLAIN_KERNEL.triton, norm.prefix_batch_norm
+    monkeypatch.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: calls.append(("kernel", int(a[8]))) or fused(*a))
+    monkeypatch.setattr(norm, "prefix_batch_norm", lambda *a: calls.append(("ops", int(a[1]))) or ops(*a))
+    row = bench_norm.padded_case(96, 8, torch.float32, torch.device("cpu"), reps=2)
+    assert calls == ([("ops", 93)] * 2 + [("kernel", 93)] * 2) * 2
+    assert (row["rows"], row["valid"], row["width"], row["dtype"], row["relu"]) == (96, 93, 8, "float32", False)
+    assert row["torch_ms"] > 0 and row["fused_ms"] > 0 and row["fused_over_torch"] == row["fused_ms"] / row["torch_ms"]
+    assert row["max_rel_diff_y"] < 1e-5 and row["max_rel_diff_dx"] < 1e-5 and "graph_fused_ms" not in row

@@ -174,8 +174,8 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
     rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
-    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "aggregate", "batch_norm", "batch_norm",
-                                                   "batch_norm_relu", "batch_norm_relu",
+    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "aggregate", "batch_norm", "batch_norm", "batch_norm",
+                                                   "batch_norm_relu", "batch_norm_relu", "batch_norm_relu",
                                                    "fps", "frame_relation", "frame_relation", "knn", "knn", "knn",
                                                    "linear_relation", "relation", "relation"]
     assert [r.kernel for r in rows if r.kernel.startswith("relation")] == ["relation fwd+bwd",

@@ -316,3 +316,21 @@ def test_a_cuda_default_in_padded_batches_only(monkeypatch):
     if imports:
         assert "Triton on CUDA (batch_norm in padded batches only; elsewhere with POINTGEOPE_KERNELS=triton)" \
             in kernels.status()
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_info_check_runs_each_norm_padded_against_the_prefix_statistics(interpreted, relu):
+    """``info --check``'s padded row of each norm's kernel (both are the CUDA defaults in a graph's padded step):
+    the kernel given the real prefix (the last 1/32 of its rows dummy), its reference the torch ops' prefix
+    statistics over the same rows, and the two agree within the row's tolerance."""
+    from pointgeope.model.norm_check import check_cases
+
+    kernel = norm.KERNEL if relu else norm.PLAIN_KERNEL
+    given, ops, fused = [], norm.prefix_batch_norm, kernel.triton
+    interpreted.setattr(kernel, "triton", lambda *a: given.append(("kernel", a[0].shape[0], int(a[8]))) or fused(*a))
+    interpreted.setattr(norm, "prefix_batch_norm",
+                        lambda *a: given.append(("ops", a[0].shape[0], int(a[1]))) or ops(*a))
+    case = check_cases(relu, torch.device("cpu"), 96, 6)[-1]
+    assert case.label == "fwd+bwd float32 padded"
+    diff, _ = case.compare(case.run(), case.reference())
+    assert given == [("kernel", 96, 93), ("ops", 96, 93)] and diff <= case.tolerance
