@@ -129,3 +129,34 @@ def test_the_torch_hierarchy_is_the_definition_of_every_kNN_with_the_smaller_row
     for s in range(3):
         idx, _ = reference_knn(coords[s], coords[s], spec.neighbours[s], h.offsets[s], h.offsets[s])
         assert torch.equal(h.neighbours[s], torch.from_numpy(idx))
+
+
+def _repeating_clouds(sizes, seed):
+    """Integer points of a 6^3 grid per cloud (float32): duplicates and ties everywhere; clouds of 1 to 9 points
+    are smaller than ``k``, so their rows are filled cyclically at every stage."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 6, (sum(sizes), 3), generator=g).float(), torch.tensor(sizes).cumsum(0)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton", *TREES])
+def test_the_gathered_transition_down_is_the_search_its_definition_asks_for_small_clouds_and_duplicates(backend):
+    """``down_s = neighbours_{s-1}[sample_s]`` when ``k`` repeats, on every backend, for clouds of several sizes
+    in one batch (1, 3 and 9 points: fewer than ``k``, the cyclic fill) and duplicate points: the same rows in the
+    same order as ``knn(coord_s -> coord_{s-1}, k)`` searched on its own; for the exact backends (torch, Triton)
+    also the numpy brute force of the definition, ``(d2, row)`` order, ties and fill included."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+        from pointgeope.model import kernel_choice
+        if not kernel_choice.current().interpret:
+            pytest.skip("the Triton kernels need CUDA or TRITON_INTERPRET=1")
+    coord, offset = _repeating_clouds([260, 37, 9, 3, 1], seed=26)
+    spec = HierarchySpec((1, 4, 4), (16, 16, 16), OpsBackends(knn=backend, fps="torch"))
+    h = spec(coord, offset)
+    coords = h.coords(coord)
+    assert min(torch.diff(h.offsets[1], prepend=torch.zeros(1, dtype=torch.long)).tolist()) < 16
+    for s in (1, 2):
+        searched = knn(coords[s], coords[s - 1], 16, h.offsets[s], h.offsets[s - 1], backend=backend)[0]
+        assert torch.equal(h.down[s], searched)
+        if backend in ("torch", "triton"):
+            want, _ = reference_knn(coords[s], coords[s - 1], 16, h.offsets[s], h.offsets[s - 1])
+            assert torch.equal(h.down[s], torch.from_numpy(want))

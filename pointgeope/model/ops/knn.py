@@ -143,7 +143,9 @@ def shared_trees():
     """Within the block the tree backends build each support cloud's tree and order each query cloud once, on the
     first call that needs it, and the later calls reuse it (module docstring). A cloud is known by its tensor's
     memory (address, rows, strides, dtype, device), so its values must not change inside the block; the tensors
-    are held there, so no other tensor takes their address. Per thread (a loader worker, the side stream's)."""
+    are held there, so no other tensor takes their address. Per thread (a loader worker, the side stream's). The
+    trees and orders of every cloud are held until the block ends: a hierarchy of 16 x 80k points on the CPU peaks
+    60-90 MB higher than with one tree at a time (process peak RSS, pykdtree, two runs)."""
     previous = getattr(_shared, "sets", None)
     _shared.sets = {}
     try:
