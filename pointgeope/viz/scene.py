@@ -163,7 +163,7 @@ def room_origin(area_path: str | Path, room: str) -> np.ndarray | None:
         return None
     if (shift := checked_origin(origin)) is None:
         raise VizError(f"{area_path}: room {room!r}: expected its 'origin' attribute to be 3 finite numbers, got "
-                       f"{origin!r}; prepare it again")
+                       f"{repr_bounded(origin, 80)}; prepare it again")
     return shift
 
 
