@@ -140,8 +140,8 @@ def _root_problem(path: Path, f: h5py.File) -> str | None:
     if not _AREA_FILE.fullmatch(path.name) or from_attr(f.attrs.get("area")) == path.stem:
         return None
     held = from_attr(f.attrs.get("area"))
-    return (f"{path}: holds {held!r} (its 'area' attribute), expected {path.stem!r} by its name: a copied or "
-            f"renamed area file; put {path.stem}'s own file back or run `pointgeope prepare` again")
+    return (f"{path}: holds {repr_bounded(held, 80)} (its 'area' attribute), expected {path.stem!r} by its name: a "
+            f"copied or renamed area file; put {path.stem}'s own file back or run `pointgeope prepare` again")
 
 
 def is_scan_predictions(f: h5py.File) -> bool:
