@@ -55,6 +55,7 @@ from data_prep.names import (
     warn_likely_areas,
 )
 from pointgeope.plural import agreeing, counted
+from pointgeope.recorded_text import repr_bounded
 
 __all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource", "object_class", "object_key",
            "open_source"]
@@ -334,8 +335,9 @@ class ZipSource(Source):
 
     def _refuse_link(self, name: str, info: zipfile.ZipInfo) -> None:
         """A link stored as a link (``zip -y``, macOS): parsed as a file of one line, its object was lost."""
-        target = self.zip.read(info)[:200].decode("utf-8", "backslashreplace")
-        raise SourceError(f"{self.location}: member {name.rstrip('/')!r} is a symbolic link to {target!r}, which "
+        with self.zip.open(info) as f:   # its data is the target's path: at most PATH_MAX (4096 bytes) of it read
+            target = repr_bounded(f.read(4096).decode("utf-8", "backslashreplace"), 200)
+        raise SourceError(f"{self.location}: member {name.rstrip('/')!r} is a symbolic link to {target}, which "
                           "prepare does not follow inside a zip; zip the tree without -y (zip -r follows links) or "
                           "prepare the extracted folder")
 

@@ -16,6 +16,8 @@ import math
 import torch
 from torch import Tensor
 
+from pointgeope.number_kind import is_real_scalar
+
 __all__ = ["check_real", "check_scale"]
 
 
@@ -34,16 +36,9 @@ def check_scale(name: str, value, what: str = "") -> float:
     ``ValueError`` naming the argument for a number that is not finite or not positive. ``what`` is added
     to the message after "a finite number > 0" (e.g. the unit).
     """
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) or _is_real_scalar(value)):
+    if not is_real_scalar(value):   # a bool, NumPy's, a bool tensor: no number (float(np.True_) was 1.0)
         raise TypeError(f"expected {name} a finite number > 0{what}, got {value!r} ({type(value).__name__})")
     number = float(value)
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"expected {name} a finite number > 0{what}, got {number}")
     return number
-
-
-def _is_real_scalar(value) -> bool:
-    """A NumPy or 0-dim tensor real number."""
-    if isinstance(value, Tensor):
-        return value.dim() == 0 and not value.is_complex()
-    return hasattr(value, "__float__") and not isinstance(value, (str, bytes, complex))

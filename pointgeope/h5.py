@@ -45,6 +45,7 @@ import numpy as np
 from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
 from pointgeope.h5_file import create_file, from_attr, new_group, to_attr
+from pointgeope.number_kind import is_integer
 from pointgeope.recorded_text import repr_bounded
 
 # Version of the prepared layout above: data_prep writes it, every reader checks it.
@@ -129,7 +130,7 @@ def _root_problem(path: Path, f: h5py.File) -> str | None:
     if version is None and from_attr(f.attrs.get("kind")) == "predictions":
         return (f"{path}: a fold's predictions file (labels only, written by evaluate), not a prepared area file "
                 "or a scan: give the scan, or the prepared area (data.root/Area_N.h5)")
-    if version is not None and (not isinstance(version, (int, np.integer)) or isinstance(version, bool)):
+    if version is not None and not is_integer(version):
         return (f"{path}: expected schema_version {SCHEMA_VERSION} (an integer), got "
                 f"{repr_bounded(from_attr(version), 80)}: not a file of `pointgeope prepare`; give a prepared area "
                 "file (data.root/Area_N.h5)")
@@ -139,8 +140,8 @@ def _root_problem(path: Path, f: h5py.File) -> str | None:
     if not _AREA_FILE.fullmatch(path.name) or from_attr(f.attrs.get("area")) == path.stem:
         return None
     held = from_attr(f.attrs.get("area"))
-    return (f"{path}: holds {held!r} (its 'area' attribute), expected {path.stem!r} by its name: a copied or "
-            f"renamed area file; put {path.stem}'s own file back or run `pointgeope prepare` again")
+    return (f"{path}: holds {repr_bounded(held, 80)} (its 'area' attribute), expected {path.stem!r} by its name: a "
+            f"copied or renamed area file; put {path.stem}'s own file back or run `pointgeope prepare` again")
 
 
 def is_scan_predictions(f: h5py.File) -> bool:

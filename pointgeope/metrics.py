@@ -60,11 +60,15 @@ CLASS_MEAN_TEXT = {  # the rules of mAcc / mIoU (``class_mean``), each with the 
 CLASS_MEANS = tuple(CLASS_MEAN_TEXT)
 
 
+def _listed(labels: list) -> str:
+    """The first ten of ``labels`` (the distinct ones out of range, sorted), then ``...`` where there are more."""
+    return ", ".join(map(str, labels[:10])) + (", ..." if len(labels) > 10 else "")
+
+
 def _check_labels(values: np.ndarray, num_classes: int, what: str) -> None:
     bad = (values < 0) | (values >= num_classes)
     if bad.any():
-        offending = np.unique(values[bad])
-        shown = ", ".join(str(v) for v in offending[:10]) + (", ..." if offending.size > 10 else "")
+        shown = _listed(np.unique(values[bad]).tolist())
         raise ValueError(f"expected {what} labels in 0..{num_classes - 1}, got {int(bad.sum())} values "
                          f"out of range: {shown}")
 
@@ -284,8 +288,8 @@ class ConfusionMeter:
         bad_target, bad_pred = keep & ((target < 0) | (target >= c)), keep & ((pred < 0) | (pred >= c))
         if bool((bad_target | bad_pred).any()):
             raise ValueError(f"expected labels in 0..{c - 1}; out of range: target "
-                             f"{torch.unique(target[bad_target]).tolist()[:10]}, "
-                             f"pred {torch.unique(pred[bad_pred]).tolist()[:10]}")
+                             f"[{_listed(torch.unique(target[bad_target]).tolist())}], "
+                             f"pred [{_listed(torch.unique(pred[bad_pred]).tolist())}]")
 
     def _add_cells(self, cell, ignored) -> None:
         """Add the histogram of ``cell`` (int64 ``(N,)`` in ``0..C*C-1``) less ``ignored`` (a count tensor of

@@ -15,11 +15,14 @@ imports it, and imports none.
 """
 from __future__ import annotations
 
+import re
+
 from pointgeope.engine.config_yaml import value_text  # (no torch)
 
 LIMIT = 64   # characters of a value said as it is; longer (as recorded or as repr writes it) is cut
 DAMAGED = " (looks damaged)"
 SETTING_LIMIT = 500   # characters of a setting said as it is (a long data.root): more is damage
+_LINE_BREAK = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]\s*")  # str.splitlines's breaks, with their indent
 
 
 def recorded_text(value: object, kind: type = str) -> str:
@@ -35,9 +38,9 @@ def recorded_text(value: object, kind: type = str) -> str:
 
 
 def damaged_text(value: object) -> str:
-    """``repr(value)`` cut to :data:`LIMIT` characters (:func:`bounded`), followed by :data:`DAMAGED`: a value its
+    """``repr(value)`` cut to :data:`LIMIT` characters (:func:`repr_bounded`), followed by :data:`DAMAGED`: a value its
     reader has found damaged, on one line (``repr`` escapes control characters and surrogates)."""
-    return bounded(repr(value), LIMIT) + DAMAGED
+    return repr_bounded(value, LIMIT) + DAMAGED
 
 
 def setting_damaged(value: object) -> bool:
@@ -69,6 +72,9 @@ def bounded(text: str, limit: int = SETTING_LIMIT) -> str:
 
 
 def repr_bounded(value: object, limit: int = SETTING_LIMIT) -> str:
-    """``repr(value)`` cut by :func:`bounded` to ``limit`` characters: a value a refusal got, as it got it
-    (``got {repr_bounded(value, 40)}``), on one line and marked where cut."""
-    return bounded(repr(value), limit)
+    """``repr(value)`` on one line, cut by :func:`bounded` to ``limit`` characters: a value a refusal got, as it
+    got it (``got {repr_bounded(value, 40)}``), marked where cut. A string's ``repr`` escapes its line breaks; a
+    tensor's or an array's of two dimensions breaks between rows (``tensor([[0., 0.],\\n        [0., 0.]])``, a
+    checkpoint entry edited into one): each break and the indent around it is one space
+    (``tensor([[0., 0.], [0., 0.]])``)."""
+    return bounded(_LINE_BREAK.sub(" ", repr(value)), limit)

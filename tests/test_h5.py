@@ -75,6 +75,18 @@ def test_check_members_gives_the_arrays_it_opened_and_checked_rooms_every_room(t
     assert h5.list_rooms(path) == {"r1": 3, "r2": 5} and h5.read_rooms_attrs(path) is None
 
 
+def test_a_long_area_attribute_of_another_area_is_cut_and_marked(tmp_path):
+    """An area file whose 'area' attribute was edited into a long string or rows is said in one line of 80
+    characters, marked (before: whole, a line of kilobytes, or numpy's repr of rows)."""
+    path = tmp_path / "Area_1.h5"
+    h5.write_area(path, "Area_3" + "x" * 1000, [("r1", _arrays(3), {})])
+    with pytest.raises(h5.SchemaError) as err:
+        h5.open_area(path)
+    assert str(err.value) == (f"{path}: holds 'Area_3" + "x" * 70 + "... (1,008 characters) (its 'area' attribute), "
+                              "expected 'Area_1' by its name: a copied or renamed area file; put Area_1's own file "
+                              "back or run `pointgeope prepare` again")
+
+
 def test_a_missing_room_is_the_same_error_for_every_reader(tmp_path):
     path = tmp_path / "Area_2.h5"
     h5.write_area(path, "Area_2", [("office_1", _arrays(), {})])

@@ -36,3 +36,39 @@ def test_the_checks_of_records_and_configs_ask_the_one_predicate():
     record = {"data_normals": {}, "until": {"epoch": 1, "batch": 0, "step": 4}}
     assert earlier_of({"data_normals_earlier": [record, {**record, "until": {"epoch": True, "batch": 0, "step": 4}}]}
                       ) == [record]
+
+
+@pytest.mark.parametrize("value, integer, real", [
+    (3, True, True), (np.int64(-2), True, True), (np.uint8(7), True, True), (2**70, True, True),
+    (0.5, False, True), (np.float32(2), False, True), (math.nan, False, True),
+    (True, False, False), (np.bool_(True), False, False), ("1", False, False), (None, False, False),
+    (1j, False, False), (np.complex64(1), False, False), (np.array([1]), False, False),
+])
+def test_a_numpy_number_is_an_integer_or_a_real_scalar_and_a_numpy_bool_neither(value, integer, real):
+    from pointgeope.number_kind import is_integer, is_real_scalar
+
+    assert is_integer(value) is integer and is_real_scalar(value) is real
+
+
+def test_a_tensor_is_a_real_scalar_where_it_is_one_real_number():
+    import torch
+
+    from pointgeope.number_kind import is_real_scalar
+
+    assert is_real_scalar(torch.tensor(2.0)) and is_real_scalar(torch.tensor(3))
+    for value in (torch.tensor(True), torch.tensor(1 + 1j), torch.tensor([2.0]), torch.zeros(2, 2)):
+        assert not is_real_scalar(value)
+
+
+@pytest.mark.parametrize("bool_", [np.bool_(True), "tensor"])
+def test_a_numpy_or_torch_bool_is_no_scale(bool_):
+    """GeoPE's scale check refused ``True`` but took NumPy's ``True`` and ``torch.tensor(True)`` for 1.0 (a grid
+    size, a base or a position scale of 1 without a word); it refuses all three now."""
+    import torch
+
+    from pointgeope.geope_checks import check_scale
+
+    value = torch.tensor(True) if bool_ == "tensor" else bool_
+    with pytest.raises(TypeError, match=r"^expected grid_size a finite number > 0, got "):
+        check_scale("grid_size", value)
+    assert check_scale("grid_size", np.float32(0.5)) == 0.5 and check_scale("grid_size", torch.tensor(2)) == 2.0

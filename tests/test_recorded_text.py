@@ -62,3 +62,15 @@ def test_a_value_a_message_cuts_is_marked_with_its_length_and_a_short_one_is_who
     whole, one that does not ends in ``...`` and its length, so that no reader takes the part for the whole.
     Before, a format spec ``{value!r:.40}`` cut it silently."""
     assert repr_bounded(value, limit) == said
+
+
+def test_a_value_whose_repr_breaks_lines_is_said_on_one_line():
+    """An array's or a tensor's repr breaks between rows and indents the next (numpy, torch): a checkpoint entry or
+    an HDF5 attribute edited into one made a refusal of two lines. Each break, with its indent, is one space; a
+    string's repr escapes its breaks and is said as it is."""
+    import numpy as np
+
+    assert repr_bounded(np.array([[1, 2], [3, 4]])) == "array([[1, 2], [3, 4]])"
+    assert repr_bounded(np.zeros((3, 3)), 30) == "array([[0., 0., 0.], [0., 0... (49 characters)"
+    assert damaged_text(np.eye(2, dtype=np.int8)) == "array([[1, 0], [0, 1]], dtype=int8)" + DAMAGED
+    assert repr_bounded("a\n   b  c") == "'a\\n   b  c'"

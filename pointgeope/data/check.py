@@ -85,7 +85,7 @@ def manifest_checksums(root: str | Path) -> dict[str, str]:
         return {}
     checksums = manifest.get("checksums") if isinstance(manifest, dict) else None
     if not isinstance(checksums, dict) or not all(isinstance(v, str) for v in checksums.values()):
-        got = "none" if checksums is None else repr(checksums)[:60]
+        got = "none" if checksums is None else repr_bounded(checksums, 60)
         raise SchemaError(f"{path}: expected an object 'checksums' (area -> checksum of its file), got {got}; "
                           f"{_AGAIN}")
     return checksums

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pointgeope import json_text
 from pointgeope.errors import UserError
+from pointgeope.recorded_text import repr_bounded
 
 FOLDS_VERSION = 1
 
@@ -36,13 +37,14 @@ def _area_list(value: object, where: str, at_least_one: bool = False) -> tuple[s
     """The area names of a fold's ``train`` or ``test`` list; a FoldsError naming ``where`` for a list that is
     not one of names of files in the data folder, that names an area twice, or (``at_least_one``) is empty."""
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-        raise FoldsError(f"{where}: expected a list of area names, got {value!r}")
+        raise FoldsError(f"{where}: expected a list of area names, got {repr_bounded(value, 80)}")
     if at_least_one and not value:
         raise FoldsError(f"{where}: expected at least one area, got []; name the areas the fold tests on "
                          "(one or more), or remove the fold")
     for area in value:
         if area in ("", ".", "..") or "/" in area or "\\" in area:
-            raise FoldsError(f"{where}: expected area names of files in the data folder (Area_N), got {area!r}")
+            raise FoldsError(f"{where}: expected area names of files in the data folder (Area_N), got "
+                             f"{repr_bounded(area, 80)}")
     twice = sorted({area for area in value if value.count(area) > 1})
     if twice:
         raise FoldsError(f"{where}: expected each area once, got {', '.join(map(repr, twice))} more than once")
@@ -69,12 +71,12 @@ def load_folds(root: str | Path) -> dict[int, Fold]:
         raise FoldsError(f"{path}: not valid JSON ({err}); run `pointgeope prepare` again") from None
     if not isinstance(doc, dict) or doc.get("version") != FOLDS_VERSION:
         got = doc.get("version") if isinstance(doc, dict) else type(doc).__name__
-        raise FoldsError(f"{path}: expected version {FOLDS_VERSION}, got {got!r}: written by another version of "
-                         f"pointgeope; re-run `pointgeope prepare RAW OUT` with this version, into a new folder OUT "
-                         f"(to keep {root} for the version that wrote it) or into {root} itself")
+        raise FoldsError(f"{path}: expected version {FOLDS_VERSION}, got {repr_bounded(got, 80)}: written by another "
+                         f"version of pointgeope; re-run `pointgeope prepare RAW OUT` with this version, into a new "
+                         f"folder OUT (to keep {root} for the version that wrote it) or into {root} itself")
     raw = doc.get("folds")
     if not isinstance(raw, dict) or not raw:
-        raise FoldsError(f"{path}: expected a non-empty object 'folds', got {raw!r}")
+        raise FoldsError(f"{path}: expected a non-empty object 'folds', got {repr_bounded(raw, 80)}")
     folds, seen = {}, {}
     for key, entry in raw.items():
         where = f"{path}: fold {key!r}"

@@ -26,9 +26,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from pointgeope.number_kind import is_whole
+from pointgeope.number_kind import is_integer, is_whole
 
 __all__ = ["NormalsRead", "area_estimates", "current", "describe", "differing_line", "earlier_of", "estimates_in",
            "is_current", "not_current_line", "read_in_training", "read_text", "recorded", "room_estimate", "tested"]
@@ -51,7 +49,7 @@ def room_estimate(attrs) -> dict[str, int] | None:
     if "normal_k" not in attrs:
         return None
     values = (attrs["normal_k"], attrs.get("normal_version", 1))
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
+    if not all(is_integer(v) for v in values):
         return None
     return {"normal_k": int(values[0]), "normal_version": int(values[1])}
 

@@ -57,6 +57,7 @@ import numba
 import numpy as np
 
 from pointgeope.morton_code import code
+from pointgeope.number_kind import is_integer
 
 K_NORMAL = 30  # neighbours per normal (Open3D's default; measured on real rooms in docs/s3dis/prepare.md)
 CHUNK = 1 << 15  # points per kNN query: (CHUNK, k) int64 indices ~ 8 MB at k = 30
@@ -83,7 +84,7 @@ def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
     coord = np.asarray(coord)
     if coord.ndim != 2 or coord.shape[1] != 3:
         raise ValueError(f"expected coord of shape (N, 3), got {coord.shape}")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+    if not is_integer(k) or k < 1:
         raise ValueError(f"expected k an integer >= 1, got {k!r}")
     normals = np.empty((len(coord), 3), dtype=np.float32)
     if not len(coord):

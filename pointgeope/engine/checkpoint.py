@@ -38,11 +38,12 @@ from pointgeope.atomic import atomic_open
 from pointgeope.constants import FOLD_NAME
 from pointgeope.denied import denied_line
 from pointgeope.engine.config_choices import unread
-from pointgeope.engine.config_yaml import value_text
+from pointgeope.engine.config_yaml import flatten, value_text
 from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded, predating_note
 from pointgeope.errors import UserError
+from pointgeope.number_kind import is_whole
 from pointgeope.recorded_text import repr_bounded, setting_repr, setting_text
 from pointgeope.zip_crc import changed_part
 
@@ -57,10 +58,9 @@ VERSION = 1
 # machine resumes on another, or with the cache off after running out of memory. train.threads changes the
 # weights too (torch's CPU kernels split their sums by thread): it is free so that a fold resumes on another
 # machine, with a warning (state.py); what states scores names the count (engine/trained_threads.py).
-FREE_KEYS = frozenset({
-    "data.root", "data.num_workers", "data.hierarchy", "data.cache", "train.run_dir", "train.device",
-    "train.threads", "train.progress", "train.epochs_per_run", "train.checkpoint_every", "train.cuda_graphs",
-})
+FREE_KEYS = frozenset({"data.root", "data.num_workers", "data.hierarchy", "data.cache", "train.run_dir", "train.device",
+                       "train.threads", "train.progress", "train.epochs_per_run", "train.checkpoint_every",
+                       "train.cuda_graphs"})
 FREE_SECTIONS = ("eval.",)
 
 
@@ -300,7 +300,7 @@ def whole_count(entries: dict, keys: tuple[str, ...], path: Path, default: int =
     files it is written into hold; ``keys``: its place in the checkpoint, for the message); else a
     CheckpointError: a damaged entry was a ``TypeError`` traceback."""
     value = entries.get(keys[-1], default)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 63:
+    if not is_whole(value) or not 0 <= value < 2 ** 63:
         bound = " below 2^63" if type(value) is int and value > 0 else ""
         raise CheckpointError(f"{path}: damaged checkpoint: expected its {'.'.join(keys)!r} entry to be a whole "
                               f"number >= 0{bound}, got {repr_bounded(value, 40)}; use the run's own checkpoint")
@@ -327,7 +327,6 @@ def eval_values(config: dict) -> dict[str, object]:
     """The ``eval`` section of a plain config as dotted keys (``{"eval.tta.rotations": 1, ...}``); a key it
     lacks (a record older than the key) as it was then (``record_keys.as_recorded``), else at its default."""
     from pointgeope.engine.config import Config, config_to_dict
-    from pointgeope.engine.config_yaml import flatten
 
     return {**flatten(config_to_dict(Config())["eval"], "eval."),
             **flatten(as_recorded(config).get("eval") or {}, "eval.")}
@@ -364,8 +363,9 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
 
 
 def describe_differences(diff: list[tuple[str, object, object]], label: str) -> str:
-    """``"key: <label> a, now b; ..."`` of the first 8 of :func:`config_differences`, for messages."""
-    return "; ".join(f"{k}: {label} {setting_repr(a)}, now {b!r}" for k, a, b in diff[:8])  # (a: as recorded)
+    """``"key: <label> a, now b; ...; and N more"`` of :func:`config_differences` (8 said), for messages."""
+    more = [f"and {len(diff) - 8} more"] if len(diff) > 8 else []
+    return "; ".join([f"{k}: {label} {setting_repr(a)}, now {b!r}" for k, a, b in diff[:8]] + more)  # (a: recorded)
 
 
 def backbone_of(config: dict) -> str:

@@ -20,7 +20,6 @@ one rotation per token, so they have no form here (use
 """
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from functools import reduce
 
@@ -30,6 +29,7 @@ from torch import Tensor
 
 from pointgeope.geope import BlockScale, apply_geope, geometry_dtype
 from pointgeope.nn.checks import check_float_tensor, check_positions, check_scale
+from pointgeope.number_kind import is_real_scalar
 
 __all__ = ["geope_qk", "geope_attention"]
 
@@ -101,17 +101,10 @@ def _check_unread(base, pos_scale) -> None:
     from `geope_qk`'s signature, their one owner (`geope_attention`'s and `BlockScale`'s are tested equal)."""
     defaults = geope_qk.__kwdefaults__
     for name, value in (("pos_scale", pos_scale), ("base", base)):
-        if not (_real_number(value) and float(value) == defaults[name]):   # 25, 25.0, np.float32(25), tensor(25.)
+        if not (is_real_scalar(value) and float(value) == defaults[name]):   # 25, 25.0, np.float32(25), tensor(25.)
             raise ValueError(f"expected no {name} with block_scale (its k_b already hold base and pos_scale), got "
                              f"{name}={value!r}, which would change nothing: drop it, or build block_scale with it "
                              f"(pointgeope.geope.BlockScale(C, base=..., pos_scale=...))")
-
-
-def _real_number(value) -> bool:
-    """A real scalar (a Python, NumPy or 0-dim torch number; not bool): what the scale checks take."""
-    if isinstance(value, torch.Tensor):
-        return value.dim() == 0 and not value.is_complex() and value.dtype != torch.bool
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_features(q: Tensor, k: Tensor) -> None:

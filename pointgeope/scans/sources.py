@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.plural import counted
+from pointgeope.recorded_text import repr_bounded
 from pointgeope.scans.las import EXTENSIONS as LAS_EXTENSIONS
 from pointgeope.scans.outputs import is_output_name
 from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8, float64_coord
@@ -309,7 +310,7 @@ def _read_h5_room(ref: ScanRef) -> Scan:
         origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     if (shift := checked_origin(origin)) is None:
         raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "
-                        f"{origin!r}; prepare it again")
+                        f"{repr_bounded(origin, 80)}; prepare it again")
     return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + shift, data["color"].astype(np.uint8),
                 data["label"].astype(np.uint8), normal=None if normal is None else normal.astype(np.float32),
                 normal_estimate=estimate)

@@ -28,6 +28,7 @@ import numpy as np
 
 from pointgeope.atomic import atomic_open
 from pointgeope.plural import counted
+from pointgeope.recorded_text import repr_bounded
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
 
 EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
@@ -119,10 +120,10 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
                 except ValueError:
                     why = (f"{token!r} is not a number" if token else "an empty value: a separator at the end of "
                            "the line, or two in a row; remove it")
-                    return index + 1, line.rstrip("\r\n")[:80], why
+                    return index + 1, line.rstrip("\r\n"), why
             if width is not None and len(tokens) != width:
                 why = f"{counted(len(tokens), 'value')}, the lines before have {width}"
-                return index + 1, line.rstrip("\r\n")[:80], why
+                return index + 1, line.rstrip("\r\n"), why
             width = len(tokens)
     return None
 
@@ -161,8 +162,8 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
         if bad is None:
             raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
                             f"rows after {counted(skip, 'header line')}){hint}") from None
-        raise ScanError(f"{path}:{bad[0]}: expected lines of numbers 'x y z [r g b ...]', got {bad[1]!r} "
-                        f"({bad[2]}){hint}") from None
+        raise ScanError(f"{path}:{bad[0]}: expected lines of numbers 'x y z [r g b ...]', got "
+                        f"{repr_bounded(bad[1], 82)} ({bad[2]}){hint}") from None
     if rows.shape[0] == 0:
         raise ScanError(f"{path}: expected points, found none (empty file)")
     if count is not None and count != rows.shape[0]:  # what the count is for: a file cut at a line's end

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, DEFAULT_MAX_POINTS, IGNORE_LABEL, NUM_CLASSES, class_names
+from pointgeope.number_kind import is_integer
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import has_ground_truth
@@ -104,7 +105,7 @@ def file_ignore_index(path: str | Path | None) -> int:
     (value,) = predictions_attrs(path, "ignore_index")
     if value is None:
         return IGNORE_LABEL
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):  # int('x'): a traceback
+    if not is_integer(value):  # int('x'): a traceback
         raise VizError(f"{path}: expected its 'ignore_index' attribute to be an integer label, got "
                        f"{repr_bounded(value, 40)}; evaluate or predict again to write the file anew")
     return int(value)
@@ -162,7 +163,7 @@ def room_origin(area_path: str | Path, room: str) -> np.ndarray | None:
         return None
     if (shift := checked_origin(origin)) is None:
         raise VizError(f"{area_path}: room {room!r}: expected its 'origin' attribute to be 3 finite numbers, got "
-                       f"{origin!r}; prepare it again")
+                       f"{repr_bounded(origin, 80)}; prepare it again")
     return shift
 
 

@@ -90,10 +90,15 @@ def test_check_areas_uses_the_manifest_checksums(tmp_path):
     ('{"checksums": ["sha256:0"]}', "expected an object 'checksums' (area -> checksum of its file), got "
                                     "['sha256:0']"),
     ("[1, 2]", "expected an object 'checksums' (area -> checksum of its file), got none"),
+    ('{"checksums": {"Area_1": "sha256:0", "Area_2": 7}}', "expected an object 'checksums' (area -> checksum of "
+                                                          "its file), got {'Area_1': 'sha256:0', 'Area_2': 7}"),
+    ('{"checksums": ["sha256:' + "0" * 64 + '"]}', "expected an object 'checksums' (area -> checksum of its file), "
+                                                  "got ['sha256:" + "0" * 48 + "... (75 characters)"),
 ])
 def test_a_damaged_manifest_is_named_and_not_taken_for_a_missing_one(tmp_path, text, problem):
     """A truncated manifest.json was read as no manifest: no area file was checked against its checksum, so a
-    root missing a room trained without a word. Missing, it is still allowed (areas copied in by hand)."""
+    root missing a room trained without a word. Missing, it is still allowed (areas copied in by hand). A long
+    value is cut to 60 characters, marked with its length (before: cut there silently, as if whole)."""
     _area(tmp_path / "Area_1.h5", {"r": _room(5)})
     assert check_areas(tmp_path, ["Area_1"]) == {"Area_1": {"r": 5}}
     (tmp_path / "manifest.json").write_text(text)

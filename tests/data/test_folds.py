@@ -51,6 +51,28 @@ def test_malformed_folds_name_the_file_and_the_problem(tmp_path, doc, message):
     assert str(tmp_path / "folds.json") in str(err.value)
 
 
+@pytest.mark.parametrize("doc, got", [
+    ({"version": 1, "folds": list(range(1000))}, "expected a non-empty object 'folds', got [0, 1, 2, 3, 4, 5, 6, 7, "
+                                                 "8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21... (4,890 "
+                                                 "characters)"),
+    ({"version": "2." + "0" * 1000}, "expected version 1, got '2." + "0" * 74 + "... (1,004 characters): written by"),
+    ({"version": 1, "folds": {"1": {"train": ["Area_2"] * 500, "test": ["Area_1"]}}},
+     "fold '1' 'train': expected each area once, got 'Area_2' more than once"),
+    ({"version": 1, "folds": {"1": {"train": [1] * 500, "test": ["Area_1"]}}},
+     "fold '1' 'train': expected a list of area names, got [" + "1, " * 25 + "1... (1,500 characters)"),
+    ({"version": 1, "folds": {"1": {"train": ["../" * 100], "test": ["Area_1"]}}},
+     "fold '1' 'train': expected area names of files in the data folder (Area_N), got '" + "../" * 25 + ".... (302 "
+     "characters)"),
+])
+def test_a_long_value_of_a_damaged_folds_file_is_cut_and_marked(tmp_path, doc, got):
+    """A folds.json edited into a long list or string was said whole in the refusal (a line of kilobytes): it is
+    cut to 80 characters, marked with its length."""
+    (tmp_path / "folds.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError) as err:
+        load_folds(tmp_path)
+    assert got in str(err.value) and len(str(err.value).replace(str(tmp_path), "")) < 400
+
+
 def test_missing_folds_file(tmp_path):
     with pytest.raises(FoldsError, match=re.escape("folds.json")):
         load_folds(tmp_path)

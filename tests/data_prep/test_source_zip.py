@@ -147,6 +147,18 @@ def _zip_with_link(path: Path, link: str, target: str, top: str = "") -> Path:
     return path
 
 
+def test_a_long_target_of_a_symbolic_link_in_a_zip_is_cut_and_marked(tmp_path):
+    """A link's target of 300 characters is said in 200, marked with its length (before: cut at 200 bytes
+    silently, as if whole)."""
+    target = "a/" * 150
+    path = _zip_with_link(tmp_path / "l.zip", "Area_1/office_3", target)
+    with pytest.raises(SourceError) as err:
+        open_source(path).rooms()
+    assert str(err.value) == (f"{path}: member 'Area_1/office_3' is a symbolic link to '{'a/' * 98}... (302 "
+                              "characters), which prepare does not follow inside a zip; zip the tree without -y (zip "
+                              "-r follows links) or prepare the extracted folder")
+
+
 @pytest.mark.parametrize("link", ["Area_1/r/Annotations/wall_9.txt", "Area_1/office_3"])
 def test_a_symbolic_link_in_a_zip_is_refused_naming_it_and_its_target(tmp_path, link):
     """A linked annotation file was parsed as its target's path (one line: the object lost, exit 0), a linked room

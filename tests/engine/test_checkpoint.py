@@ -380,3 +380,14 @@ def test_a_damaged_setting_of_a_saved_config_is_said_on_one_bounded_line(tmp_pat
                                 "it used")
     assert said == ("model.pe: it used 'rpe\\n" + "x" * 55 + "... (1,007 characters) (looks damaged), now 'geope'; "
                     "model.planes: it used [1, 2], now [3]")
+
+
+def test_differences_past_the_eighth_are_counted():
+    """A checkpoint refused for a config of more than 8 differences says the first 8 and how many more (before:
+    the first 8 alone, as if they were all: fixed, the next run was refused for the ones not said)."""
+    from pointgeope.engine.checkpoint import describe_differences
+
+    said = [f"train.k{i}: checkpoint {i}, now {i + 1}" for i in range(8)]
+    for n, more in ((8, ""), (9, "; and 1 more"), (12, "; and 4 more")):
+        diff = [(f"train.k{i}", i, i + 1) for i in range(n)]
+        assert describe_differences(diff, "checkpoint") == "; ".join(said) + more

@@ -182,11 +182,16 @@ def test_the_gradient_check_runs_on_every_torch_the_project_allows(monkeypatch, 
     ("epoch_sums", [1, 2], "'epoch_sums' entry to be a dict of the epoch's sums, got [1, 2]"),
     ("best_miou", "x" * 100, "'best_miou' entry to be a number in [-1, 1], got '" + "x" * 36 + "... (102 characters)"),
     ("step", "y" * 38, "'step' entry to be a whole number >= 0, got '" + "y" * 38 + "'"),   # 40 with its quotes: whole
+    ("epoch", torch.ones(2, 2, dtype=torch.long),
+     "'epoch' entry to be a whole number >= 0, got tensor([[1, 1], [1, 1]])"),
+    ("best_miou", torch.zeros(3, 3), "'best_miou' entry to be a number in [-1, 1], got tensor([[0., 0., 0.], "
+                                     "[0., 0., 0.], [... (50 characters)"),   # a tensor's rows: one line
 ])
 def test_a_damaged_loop_entry_is_one_checkpoint_error_on_resume(tmp_path, entry, value, expected):
     """A last.pt whose loop entries were rewritten (its CRCs intact): an epoch of ['cpu'] resumed into
     "TypeError: '<' not supported between instances of 'list' and 'int'" at the loop's first comparison. A long
-    value is cut to 40 characters, marked with its length (before: cut there silently, as if whole)."""
+    value is cut to 40 characters, marked with its length (before: cut there silently, as if whole); a tensor of
+    rows is said on one line (before: its rows on lines of their own)."""
     from pointgeope.engine.checkpoint import CheckpointError
 
     FoldCheckpoints(tmp_path, learner(0), ENV, {}, {}).save("last.pt", LoopState(epoch=1, step=4, best_miou=0.5))

@@ -193,6 +193,30 @@ def test_a_bad_origin_is_refused_under_python_O_too(tmp_path):
                               "to be 3 finite numbers, got ") and out.endswith("; prepare it again\n"), (flags, out)
 
 
+@pytest.mark.parametrize("origin", [np.array([[1.0, 2.0], [3.0, 4.0]]), np.zeros(100)])
+def test_a_bad_origin_is_said_on_one_bounded_line(tmp_path, origin):
+    """An origin attribute of rows, or of many values, was said as numpy's repr writes it: a line a row (the
+    error of several lines), and all of it (a thousand values: 8 kB). Now on one line, cut to 80 characters."""
+    import h5py
+
+    from pointgeope.viz import VizError
+    from pointgeope.viz.scene import room_origin
+
+    write_area(tmp_path / "Area_1.h5", "Area_1", {"office_2": {"coord": np.zeros((4, 3)), "label": np.zeros(4)}})
+    with h5py.File(tmp_path / "Area_1.h5", "a") as f:
+        f["office_2"].attrs["origin"] = origin
+    said = "array([[1., 2.], [3., 4.]])" if origin.ndim == 2 else "array([" + ", ".join(["0."] * 100) + "])"
+    said = said if len(said) <= 80 else f"{said[:77]}... ({len(said)} characters)"
+    with pytest.raises(ScanError) as err:
+        read_scan(ScanRef(tmp_path / "Area_1.h5", "h5", "Area_1/office_2", "office_2"))
+    assert str(err.value) == (f"{tmp_path / 'Area_1.h5'}:office_2: expected the room's 'origin' attribute to be 3 "
+                              f"finite numbers, got {said}; prepare it again")
+    with pytest.raises(VizError) as err:
+        room_origin(tmp_path / "Area_1.h5", "office_2")
+    assert str(err.value) == (f"{tmp_path / 'Area_1.h5'}: room 'office_2': expected its 'origin' attribute to be 3 "
+                              f"finite numbers, got {said}; prepare it again")
+
+
 def test_no_note_for_a_prepared_roots_own_files_or_the_out_folder(tmp_path):
     """A prepared root's manifest.json and folds.json were named as files left out, and the --out folder inside the
     input folder as a sub-folder to predict ('give <folder>/pred as an input')."""

@@ -125,6 +125,18 @@ def test_a_bad_number_is_named_by_the_files_line(tmp_path, text, line, got, why)
                               f"{got!r} ({why})")
 
 
+def test_a_long_bad_line_is_said_whole_or_cut_and_marked(tmp_path):
+    """A line of 80 characters is said whole; a longer one is cut, marked with its length (before: cut at 80
+    characters silently, as if whole, and here without the 'x' the reason names)."""
+    for name, line, said in (("whole.txt", "45 " + "6 " * 38 + "x", "'45 " + "6 " * 38 + "x'"),
+                             ("long.txt", "4 5 " + "6 " * 40 + "x", "'4 5 " + "6 " * 37 + "... (87 characters)")):
+        (tmp_path / name).write_text(f"1 2 3\n{line}\n")
+        with pytest.raises(ScanError) as err:
+            read_text(tmp_path / name)
+        assert str(err.value) == (f"{tmp_path / name}:2: expected lines of numbers 'x y z [r g b ...]', got {said} "
+                                  "('x' is not a number)")
+
+
 @pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
 def test_utf16_without_a_byte_order_mark_is_refused_with_the_fix(tmp_path, codec):
     """Only the mark tells UTF-16 from UTF-8: without it the text reads as characters and NUL bytes; the line
