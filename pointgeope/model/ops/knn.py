@@ -194,10 +194,10 @@ def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray,
 
     tree = _once("pykdtree", support, lambda: KDTree(_numpy(support)))
 
-    def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        dist2, idx = tree.query(q, k=k, sqr_dists=True)
-        return idx.reshape(-1, k).astype(np.int64), dist2.reshape(-1, k)
-    return _in_morton_order(search, query)   # query and support have one dtype (knn promoted them): so have q and tree
+    def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        dist2, idx = tree.query(q, k=m, sqr_dists=True)
+        return idx.reshape(-1, m).astype(np.int64), dist2.reshape(-1, m)
+    return _exact(candidates, query, support, k)
 
 
 def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -205,11 +205,24 @@ def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np
 
     tree = _once("scipy", support, lambda: cKDTree(_numpy(support)))
 
-    def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        dist, idx = tree.query(q, k=k)
-        dist = dist.reshape(-1, k)
-        return idx.reshape(-1, k).astype(np.int64), dist * dist
-    return _in_morton_order(search, query)
+    def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        dist, idx = tree.query(q, k=m)                   # float64 Euclidean distances
+        dist = dist.reshape(-1, m)
+        return idx.reshape(-1, m).astype(np.int64), dist * dist
+    return _exact(candidates, query, support, k)
+
+
+def _exact(candidates, query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition's ``k`` neighbours (``knn_ties.exact_knn``) from a tree's ``candidates(q, m)``, the
+    queries searched in Morton order. Query and support have one dtype (``knn`` promoted them)."""
+    from pointgeope.model.ops.knn_ties import exact_knn
+
+    s = _numpy(support)
+
+    def brute(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx, dist2 = _cloud_torch(torch.from_numpy(q), torch.from_numpy(s), k)
+        return idx.numpy(), dist2.numpy()
+    return _in_morton_order(lambda q: exact_knn(candidates, brute, q, s, k), query)
 
 
 def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor]:
