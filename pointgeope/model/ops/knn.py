@@ -2,10 +2,12 @@
 
 For every query point ``i`` of cloud ``b`` the ``k`` points ``j`` of the support cloud ``b`` with the
 smallest squared distance ``|q_i - s_j|^2``, sorted by distance. Indices are global rows of the packed
-support tensor. Ties: the ``triton`` backend (``triton_knn``, the CUDA default) and the ``torch`` backend
-define them: the distance is the float32 ``((dx^2 + dy^2) + dz^2)``, each operation rounded on its own, and
-ties in it go to the smaller row, so their result is unique and the same (the torch backend keeps float64
-coordinates in float64). The CPU backends (pykdtree, scipy) and torch-cluster break ties in any order.
+support tensor. Ties: the distance is the float32 ``((dx^2 + dy^2) + dz^2)``, each operation rounded on its
+own (float64 coordinates kept in float64), and ties in it go to the smaller row, at the ``k``-th distance too,
+so the result is unique: the ``triton`` backend (``triton_knn``, the CUDA default), the ``torch`` backend and
+the CPU trees (pykdtree, the CPU default, and scipy: their candidates re-ranked by ``knn_ties``) give it bit
+for bit, indices and distances, so a hierarchy built in the loader's workers equals the GPU's. torch-cluster
+alone breaks ties in any order.
 
 **Small clouds.** When a support cloud holds ``n < k`` points, its ``n`` neighbours (sorted) are
 repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
