@@ -138,7 +138,8 @@ def _any_ties():
     """The CPU trees' ``k`` nearest as the tree gives them (ties in its order, either point at a k-th tie)."""
     module = sys.modules["pointgeope.model.ops.knn"]
     saved = module._exact
-    module._exact = lambda candidates, query, support, k: module._in_morton_order(lambda q: candidates(q, k), query)
+    module._exact = lambda candidates, _tree, query, _support, k: module._in_morton_order(
+        lambda q: candidates(q, k), query)
     try:
         yield
     finally:

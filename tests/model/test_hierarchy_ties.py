@@ -58,7 +58,7 @@ def test_float64_coordinates_keep_the_rule_in_float64(backend):
 @pytest.mark.parametrize("backend", TREES)
 def test_a_point_repeated_hundreds_of_times_gets_its_smallest_rows(backend):
     """400 copies of one point among 300 others: the copies' neighbours are the 16 smallest of their rows, past
-    every round of the tree's doubled candidates (``knn_ties._ROUNDS``)."""
+    every round of the tree's doubled candidates (``knn_ties._ROUNDS``): the tree over the distinct points."""
     rng = np.random.default_rng(5)
     copies = torch.full((400, 3), 0.13)              # off the lattice
     points, off = _packed(torch.cat([_lattice(150, rng), copies, _lattice(150, rng)]))
@@ -67,10 +67,11 @@ def test_a_point_repeated_hundreds_of_times_gets_its_smallest_rows(backend):
 
 
 def test_the_numpy_pass_without_numba_gives_the_same(monkeypatch):
+    """Without numba: the numpy pass, and the brute force for the 300 copies of one point."""
     knn_ties = importlib.import_module("pointgeope.model.ops.knn_ties")
     monkeypatch.setattr(knn_ties, "numba", None)
     rng = np.random.default_rng(6)
-    points, off = _packed(_lattice(900, rng), _cm_room(500, rng))
+    points, off = _packed(_lattice(900, rng), torch.full((300, 3), 0.05), _cm_room(500, rng))
     assert_exact_knn(TREES[0], points, points, 16, off, off)
 
 

@@ -194,29 +194,32 @@ def _morton_sorted(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     from pykdtree.kdtree import KDTree
 
+    def candidates_of(tree):
+        def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+            dist2, idx = tree.query(q, k=m, sqr_dists=True)
+            return idx.reshape(-1, m).astype(np.int64), dist2.reshape(-1, m)
+        return candidates
     tree = _once("pykdtree", support, lambda: KDTree(_numpy(support)))
-
-    def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-        dist2, idx = tree.query(q, k=m, sqr_dists=True)
-        return idx.reshape(-1, m).astype(np.int64), dist2.reshape(-1, m)
-    return _exact(candidates, query, support, k)
+    return _exact(candidates_of(tree), lambda points: candidates_of(KDTree(points)), query, support, k)
 
 
 def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     from scipy.spatial import cKDTree
 
+    def candidates_of(tree):
+        def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+            dist, idx = tree.query(q, k=m)                   # float64 Euclidean distances
+            dist = dist.reshape(-1, m)
+            return idx.reshape(-1, m).astype(np.int64), dist * dist
+        return candidates
     tree = _once("scipy", support, lambda: cKDTree(_numpy(support)))
-
-    def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-        dist, idx = tree.query(q, k=m)                   # float64 Euclidean distances
-        dist = dist.reshape(-1, m)
-        return idx.reshape(-1, m).astype(np.int64), dist * dist
-    return _exact(candidates, query, support, k)
+    return _exact(candidates_of(tree), lambda points: candidates_of(cKDTree(points)), query, support, k)
 
 
-def _exact(candidates, query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The definition's ``k`` neighbours (``knn_ties.exact_knn``) from a tree's ``candidates(q, m)``, the
-    queries searched in Morton order. Query and support have one dtype (``knn`` promoted them)."""
+def _exact(candidates, tree, query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition's ``k`` neighbours (``knn_ties.exact_knn``) from a tree's ``candidates(q, m)`` (``tree``:
+    the ``candidates`` of a new tree over given points), the queries searched in Morton order. Query and
+    support have one dtype (``knn`` promoted them)."""
     from pointgeope.model.ops.knn_ties import exact_knn
 
     s = _numpy(support)
@@ -224,7 +227,7 @@ def _exact(candidates, query: Tensor, support: Tensor, k: int) -> tuple[np.ndarr
     def brute(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         idx, dist2 = _cloud_torch(torch.from_numpy(q), torch.from_numpy(s), k)
         return idx.numpy(), dist2.numpy()
-    return _in_morton_order(lambda q: exact_knn(candidates, brute, q, s, k), query)
+    return _in_morton_order(lambda q: exact_knn(candidates, brute, q, s, k, tree), query)
 
 
 def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor]:
