@@ -7,6 +7,8 @@ on ``--device``. Backends (labels):
     cpu       numba FPS + pykdtree on the host: what a data loader worker pays (coordinates copied to the host)
     cpu_unordered  the same with the trees' queries in their given order (``knn._ORDERED_QUERIES`` out of
               reach): the baseline of the Morton order of the queries, the same result bit for bit
+    cpu_any_ties   the same with the trees' own answer for ties (``k`` candidates taken as they come, not
+              ``knn_ties.exact_knn``): the baseline of the tie rule, the same result up to tied rows
     cpu_separate   the same backends with every kNN its own tree and its own search (``_separate``: the
               hierarchy before a stage's tree served all its kNN and the transition down was gathered from
               the stage before), the baseline of both, the same result bit for bit
@@ -68,7 +70,8 @@ from pointgeope.model.ops import HierarchySpec, OpsBackends, PointHierarchy, cou
 from pointgeope.model.ops.hierarchy import UP_NEIGHBOURS
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
-LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "cpu_separate": OpsBackends(),
+LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "cpu_any_ties": OpsBackends(),
+          "cpu_separate": OpsBackends(),
           "default": OpsBackends(),
           "triton": OpsBackends("triton", "triton"),
           "cluster": OpsBackends(knn="cluster"), "torch": OpsBackends("torch", "torch")}
@@ -83,6 +86,9 @@ def batch(clouds: int, points: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.device):
     """One hierarchy with ``label``'s backends; ``cpu`` copies the coordinates to the host first."""
     spec = HierarchySpec(STRIDES, NEIGHBOURS, LABELS[label])
+    if label == "cpu_any_ties":
+        with _any_ties():
+            return spec(coord.to("cpu"), offset.to("cpu"))
     if label == "cpu_unordered":
         with _unordered_queries():
             return spec(coord.to("cpu"), offset.to("cpu"))
@@ -125,6 +131,19 @@ def _unordered_queries():
         yield
     finally:
         module._ORDERED_QUERIES = saved
+
+
+@contextlib.contextmanager
+def _any_ties():
+    """The CPU trees' ``k`` nearest as the tree gives them (ties in its order, either point at a k-th tie)."""
+    module = sys.modules["pointgeope.model.ops.knn"]
+    saved = module._exact
+    module._exact = lambda candidates, _tree, query, _support, k: module._in_morton_order(
+        lambda q: candidates(q, k), query)
+    try:
+        yield
+    finally:
+        module._exact = saved
 
 
 def _agreement(h, ref) -> dict:

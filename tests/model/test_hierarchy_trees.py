@@ -85,8 +85,8 @@ def test_shared_trees_build_once_per_tensor_in_the_block_and_forget_them_after(m
 def test_every_kNN_of_a_hierarchy_is_the_one_its_definition_asks_for_bit_for_bit_ties_included(backend):
     """The hierarchy (shared trees, the transition down gathered when ``k`` repeats) against one ``knn`` call
     per op of the module docstring, each with its own tree, on lattice clouds whose distances tie: the same rows
-    in the same order and the same distances. The tree's order of tied rows is its own (not the smaller row
-    first), so the lattice checks that sharing keeps it."""
+    in the same order and the same distances (ties to the smaller row: test_hierarchy_ties.py), so the lattice
+    checks that sharing keeps them."""
     coord, offset = _tied_clouds([3000, 1500], seed=24)
     spec = HierarchySpec((1, 4, 4, 2), (8, 16, 16, 16), OpsBackends(knn=backend))
     h = spec(coord, offset)
@@ -111,8 +111,7 @@ def test_every_kNN_of_a_hierarchy_is_the_one_its_definition_asks_for_bit_for_bit
 def test_the_torch_hierarchy_is_the_definition_of_every_kNN_with_the_smaller_row_first_in_ties():
     """The independent reference: torch's hierarchy (the transition down gathered from the stage before at
     ``k = 16``, searched at ``k = 8 -> 16``) equals the numpy brute force of ``knn``'s definition, rows and
-    distances, on tied lattice clouds; pykdtree's distances equal it too (its order of tied rows is its own;
-    scipy's distances are float64's, which may pick another row at a float32 tie)."""
+    distances, on tied lattice clouds; pykdtree's distances equal it too (and its rows: test_hierarchy_ties.py)."""
     coord, offset = _tied_clouds([1600, 900], seed=25)
     spec = HierarchySpec((1, 4, 4), (8, 16, 16), OpsBackends(knn="torch", fps="torch"))
     h = spec(coord, offset)

@@ -64,16 +64,18 @@ TREES = [b for b in ("pykdtree", "scipy") if backends.available(b)]
 
 
 def _library_knn(backend, query, support, k):
-    """The tree library's own answer for every query of one cloud, in the caller's order: float32 rows, squared
-    distances (scipy's distances squared, as the backend documents)."""
+    """The tree library's own answer for every query of one cloud, in the caller's order: rows and float32 squared
+    distances (scipy's float64 distances replaced by the definition's float32 ``((dx^2 + dy^2) + dz^2)`` of its
+    rows, as the backend returns them)."""
     q, s = query.numpy(), support.numpy()
     if backend == "pykdtree":
         from pykdtree.kdtree import KDTree
         dist2, idx = KDTree(s).query(q, k=k, sqr_dists=True)
         return torch.from_numpy(idx.astype("int64")), torch.from_numpy(dist2)
     from scipy.spatial import cKDTree
-    dist, idx = cKDTree(s).query(q, k=k)
-    return torch.from_numpy(idx.astype("int64")), torch.from_numpy(dist * dist).float()
+    _, idx = cKDTree(s).query(q, k=k)
+    sq = (q[:, None] - s[idx]) ** 2
+    return torch.from_numpy(idx.astype("int64")), torch.from_numpy((sq[..., 0] + sq[..., 1]) + sq[..., 2])
 
 
 @pytest.mark.parametrize("backend", TREES)

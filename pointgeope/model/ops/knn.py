@@ -2,10 +2,12 @@
 
 For every query point ``i`` of cloud ``b`` the ``k`` points ``j`` of the support cloud ``b`` with the
 smallest squared distance ``|q_i - s_j|^2``, sorted by distance. Indices are global rows of the packed
-support tensor. Ties: the ``triton`` backend (``triton_knn``, the CUDA default) and the ``torch`` backend
-define them: the distance is the float32 ``((dx^2 + dy^2) + dz^2)``, each operation rounded on its own, and
-ties in it go to the smaller row, so their result is unique and the same (the torch backend keeps float64
-coordinates in float64). The CPU backends (pykdtree, scipy) and torch-cluster break ties in any order.
+support tensor. Ties: the distance is the float32 ``((dx^2 + dy^2) + dz^2)``, each operation rounded on its
+own (float64 coordinates kept in float64), and ties in it go to the smaller row, at the ``k``-th distance too,
+so the result is unique: the ``triton`` backend (``triton_knn``, the CUDA default), the ``torch`` backend and
+the CPU trees (pykdtree, the CPU default, and scipy: their candidates re-ranked by ``knn_ties``) give it bit
+for bit, indices and distances, so a hierarchy built in the loader's workers equals the GPU's. torch-cluster
+alone breaks ties in any order.
 
 **Small clouds.** When a support cloud holds ``n < k`` points, its ``n`` neighbours (sorted) are
 repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
@@ -194,24 +196,40 @@ def _morton_sorted(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     from pykdtree.kdtree import KDTree
 
+    def candidates_of(tree):
+        def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+            dist2, idx = tree.query(q, k=m, sqr_dists=True)
+            return idx.reshape(-1, m).astype(np.int64), dist2.reshape(-1, m)
+        return candidates
     tree = _once("pykdtree", support, lambda: KDTree(_numpy(support)))
-
-    def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        dist2, idx = tree.query(q, k=k, sqr_dists=True)
-        return idx.reshape(-1, k).astype(np.int64), dist2.reshape(-1, k)
-    return _in_morton_order(search, query)   # query and support have one dtype (knn promoted them): so have q and tree
+    return _exact(candidates_of(tree), lambda points: candidates_of(KDTree(points)), query, support, k)
 
 
 def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     from scipy.spatial import cKDTree
 
+    def candidates_of(tree):
+        def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+            dist, idx = tree.query(q, k=m)                   # float64 Euclidean distances
+            dist = dist.reshape(-1, m)
+            return idx.reshape(-1, m).astype(np.int64), dist * dist
+        return candidates
     tree = _once("scipy", support, lambda: cKDTree(_numpy(support)))
+    return _exact(candidates_of(tree), lambda points: candidates_of(cKDTree(points)), query, support, k)
 
-    def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        dist, idx = tree.query(q, k=k)
-        dist = dist.reshape(-1, k)
-        return idx.reshape(-1, k).astype(np.int64), dist * dist
-    return _in_morton_order(search, query)
+
+def _exact(candidates, tree, query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition's ``k`` neighbours (``knn_ties.exact_knn``) from a tree's ``candidates(q, m)`` (``tree``:
+    the ``candidates`` of a new tree over given points), the queries searched in Morton order. Query and
+    support have one dtype (``knn`` promoted them)."""
+    from pointgeope.model.ops.knn_ties import exact_knn
+
+    s = _numpy(support)
+
+    def brute(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx, dist2 = _cloud_torch(torch.from_numpy(q), torch.from_numpy(s), k)
+        return idx.numpy(), dist2.numpy()
+    return _in_morton_order(lambda q: exact_knn(candidates, brute, q, s, k, tree), query)
 
 
 def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor]:
