@@ -111,6 +111,36 @@ def test_an_empty_folder_option_is_refused_not_left_out(tmp_path, capsys, comman
     assert sorted(p.name for p in tmp_path.iterdir()) == ["area_1"]
 
 
+@pytest.mark.parametrize(("argv", "name"), [
+    (["synth", "", "--size", "tiny"], "OUT"),
+    (["prepare", "raw", ""], "out"),
+    (["prepare", "", "out"], "raw"),
+    (["predict", "run/area_1", "scan.npy", "--out", ""], "--out"),
+    (["predict", "", "scan.npy", "--out", "o"], "MODEL"),
+    (["predict", "run/area_1", "", "--out", "o"], "INPUT"),
+    (["report", "run", "--out", ""], "--out"),
+    (["report", ""], "RUN"),
+    (["train", "--config", "", "--test-area", "1"], "--config"),
+    (["evaluate", ""], "run"),
+    (["ablate", "--config", "c.yaml", "--test-area", "1", "--presets", "geope", "--run-dir", ""], "--run-dir"),
+    (["ablate", "--config", "", "--test-area", "1", "--presets", "geope"], "--config"),
+])
+def test_an_empty_path_is_refused_not_taken_for_the_working_folder(tmp_path, monkeypatch, capsys, argv, name):
+    """``Path("")`` is ``.``: ``synth ""`` (``"$OUT"`` unset) wrote its areas into the working folder, exit code 0,
+    as did ``prepare RAW ""``, ``predict ... --out ""`` and ``report RUN --out ""``; an empty input was read as
+    the working folder. Now argparse's one line names the argument, and nothing is written."""
+    from pointgeope.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:     # argparse's error: its usage, then the one line
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"pointgeope {argv[0]}: error: argument {name}: expected a path, got an empty one (an unset "
+                       "shell variable?); give the path, or . for the current folder"), err
+    assert "Traceback" not in "\n".join(err) and list(tmp_path.iterdir()) == []
+
+
 # One Ctrl-C that lands while the command line imports sys.argv[1] (the console script `pointgeope` and
 # `python -m pointgeope` run these two lines of pointgeope.cli too).
 STOP_IN_AN_IMPORT = """

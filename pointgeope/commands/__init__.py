@@ -33,6 +33,25 @@ def help_text(doc: str | None) -> str:
     return re.sub(r"(?<=\S)::$", ":", re.sub(r"^::$\n?", "", text, flags=re.M), flags=re.M)
 
 
+def given(text: str) -> str:
+    """An argparse ``type`` for a file or folder argument: ``text`` as it is (any name, spaces too), but an empty
+    one (``"$UNSET"``), which ``Path`` takes for ``.``, the working folder, is refused: ``synth ""``, ``prepare RAW
+    ""``, ``predict ... --out ""`` and ``report --out ""`` wrote their files there."""
+    if not text:
+        import argparse
+
+        raise argparse.ArgumentTypeError("expected a path, got an empty one (an unset shell variable?); give the "
+                                         "path, or . for the current folder")
+    return text
+
+
+def path_arg(text: str):
+    """:func:`given` as a ``Path``."""
+    from pathlib import Path
+
+    return Path(given(text))
+
+
 def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
     """``(others, overrides)`` of a positional list that may mix inputs with ``section.key=value``
     overrides (``predict``): an item shaped as an override that names no existing file is one."""
