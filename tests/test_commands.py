@@ -87,6 +87,60 @@ def test_a_key_given_twice_on_the_command_line_is_one_warning_line(tmp_path, cap
     assert out == ["warning: optim.lr is given twice ('optim.lr=0.1', then 'optim.lr=0.2'): the last is used"], out
 
 
+@pytest.mark.parametrize("value", ["", "  "])
+@pytest.mark.parametrize("command", ["train", "evaluate", "ablate"])
+def test_an_empty_folder_option_is_refused_not_left_out(tmp_path, capsys, command, value):
+    """``--data-root ""`` (an unset shell variable) was left out: ``evaluate`` scored the fold on the data root of
+    its config.yaml, exit code 0, and ``train --run-dir ""`` would write into the config's run folder; a blank
+    one was ``override 'data.root= ': data.root: expected str, got None (NoneType)``. Now one line names the
+    option, before anything is read."""
+    from pointgeope.cli import main
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    (tmp_path / "area_1").mkdir()
+    flag, key = ("--run-dir", "train.run_dir") if command == "train" else ("--data-root", "data.root")
+    argv = {"train": ["train", "--config", str(config), "--test-area", "1", "--data-root", str(tmp_path), flag, value],
+            "evaluate": ["evaluate", str(tmp_path / "area_1"), flag, value],
+            "ablate": ["ablate", "--config", str(config), "--test-area", "1", "--presets", "geope", "--run-dir",
+                       str(tmp_path / "ab"), flag, value]}[command]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pointgeope {command}: error: {flag} {value!r}: expected a folder name, got an empty one (an "
+                   f"unset shell variable?); give the folder, or leave {flag} out to use the config's {key}"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["area_1"]
+
+
+@pytest.mark.parametrize(("argv", "name"), [
+    (["synth", "", "--size", "tiny"], "OUT"),
+    (["prepare", "raw", ""], "out"),
+    (["prepare", "", "out"], "raw"),
+    (["predict", "run/area_1", "scan.npy", "--out", ""], "--out"),
+    (["predict", "", "scan.npy", "--out", "o"], "MODEL"),
+    (["predict", "run/area_1", "", "--out", "o"], "INPUT"),
+    (["report", "run", "--out", ""], "--out"),
+    (["report", ""], "RUN"),
+    (["train", "--config", "", "--test-area", "1"], "--config"),
+    (["evaluate", ""], "run"),
+    (["ablate", "--config", "c.yaml", "--test-area", "1", "--presets", "geope", "--run-dir", ""], "--run-dir"),
+    (["ablate", "--config", "", "--test-area", "1", "--presets", "geope"], "--config"),
+])
+def test_an_empty_path_is_refused_not_taken_for_the_working_folder(tmp_path, monkeypatch, capsys, argv, name):
+    """``Path("")`` is ``.``: ``synth ""`` (``"$OUT"`` unset) wrote its areas into the working folder, exit code 0,
+    as did ``prepare RAW ""``, ``predict ... --out ""`` and ``report RUN --out ""``; an empty input was read as
+    the working folder. Now argparse's one line names the argument, and nothing is written."""
+    from pointgeope.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:     # argparse's error: its usage, then the one line
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"pointgeope {argv[0]}: error: argument {name}: expected a path, got an empty one (an unset "
+                       "shell variable?); give the path, or . for the current folder"), err
+    assert "Traceback" not in "\n".join(err) and list(tmp_path.iterdir()) == []
+
+
 # One Ctrl-C that lands while the command line imports sys.argv[1] (the console script `pointgeope` and
 # `python -m pointgeope` run these two lines of pointgeope.cli too).
 STOP_IN_AN_IMPORT = """

@@ -33,6 +33,25 @@ def help_text(doc: str | None) -> str:
     return re.sub(r"(?<=\S)::$", ":", re.sub(r"^::$\n?", "", text, flags=re.M), flags=re.M)
 
 
+def given(text: str) -> str:
+    """An argparse ``type`` for a file or folder argument: ``text`` as it is (any name, spaces too), but an empty
+    one (``"$UNSET"``), which ``Path`` takes for ``.``, the working folder, is refused: ``synth ""``, ``prepare RAW
+    ""``, ``predict ... --out ""`` and ``report --out ""`` wrote their files there."""
+    if not text:
+        import argparse
+
+        raise argparse.ArgumentTypeError("expected a path, got an empty one (an unset shell variable?); give the "
+                                         "path, or . for the current folder")
+    return text
+
+
+def path_arg(text: str):
+    """:func:`given` as a ``Path``."""
+    from pathlib import Path
+
+    return Path(given(text))
+
+
 def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
     """``(others, overrides)`` of a positional list that may mix inputs with ``section.key=value``
     overrides (``predict``): an item shaped as an override that names no existing file is one."""
@@ -45,7 +64,9 @@ def config_overrides(overrides: list[str], options: dict[str, tuple[str, str | N
     flag -> (its config key, its value or None); ``--data-root`` is a shorthand for ``data.root``). The last
     of a key given twice wins, as the later of two ``--flag`` does: a command line often appends to a common
     list (``$COMMON train.epochs=1``). It is said in one warning line naming both (``say``, default print: to
-    the first process only under torchrun), so that a key set by mistake twice is not silently overridden."""
+    the first process only under torchrun), so that a key set by mistake twice is not silently overridden. An
+    option given an empty or blank value is a :class:`~pointgeope.errors.UserError`: left out, it silently let
+    the config's folder be used."""
     from pointgeope.engine.config import override_key  # here, not at the top: ``--help`` never imports torch
 
     say = say or (lambda line: print(line, flush=True) if os.environ.get("RANK", "0") == "0" else None)
@@ -56,6 +77,11 @@ def config_overrides(overrides: list[str], options: dict[str, tuple[str, str | N
             say(f"warning: {key} is given twice ({seen[key]!r}, then {text!r}): the last is used")
         seen[key] = text
     for flag, (key, value) in options.items():
+        if value is not None and not value.strip():  # --data-root "$UNSET": was left out, the config's folder used
+            from pointgeope.errors import UserError
+
+            raise UserError(f"{flag} {value!r}: expected a folder name, got an empty one (an unset shell variable?); "
+                            f"give the folder, or leave {flag} out to use the config's {key}")
         if value and key in seen:
             say(f"warning: {key} is given twice ({seen[key]!r}, then {flag} {value}): {flag} is used")
     return list(overrides) + [f"{key}={value}" for key, value in options.values() if value]

@@ -20,7 +20,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from pointgeope.commands import config_overrides
+from pointgeope.commands import config_overrides, path_arg
 
 HELP = "several positional encodings x seeds on one fold: mean and spread per encoding"
 
@@ -48,7 +48,7 @@ def _digits(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, type=Path,
+    parser.add_argument("--config", required=True, type=path_arg,
                         help="YAML config of the training, e.g. configs/demo.yaml")
     parser.add_argument("--test-area", type=int, required=True, metavar="K", help="the fold: test on Area_K")
     parser.add_argument("--presets", type=_names, required=True, metavar="PE,PE,...",
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of the differences")
     parser.add_argument("--seeds", type=_seeds, default=[0, 1, 2], metavar="S,S,...",
                         help="train.seed values, comma-separated (default 0,1,2)")
-    parser.add_argument("--run-dir", type=Path, default=Path("runs/ablation"),
+    parser.add_argument("--run-dir", type=path_arg, default=Path("runs/ablation"),
                         help="output folder (default runs/ablation)")
     parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
     parser.add_argument("--jobs", type=int, default=1, help="trials at a time (default 1)")

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pointgeope.commands import config_overrides
+from pointgeope.commands import config_overrides, given
 
 HELP = "predict every point of a fold's test area by voting; metrics.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="a fold folder RUN/area_K (with config.yaml and last.pt)")
+    parser.add_argument("run", type=given, help="a fold folder RUN/area_K (with config.yaml and last.pt)")
     parser.add_argument("--checkpoint", choices=("last", "best"), help="overrides eval.checkpoint")
     parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value",

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import argparse
 
-from pointgeope.commands import config_overrides, split_overrides
+from pointgeope.commands import config_overrides, given, split_overrides
 from pointgeope.constants import PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")  # pointgeope.scans.outputs.FORMATS (kept light to import)
@@ -69,12 +69,12 @@ def _fragments(text: str) -> int | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL",
+    parser.add_argument("model", metavar="MODEL", type=given,
                         help="a fold folder RUN/area_K (its last.pt, or eval.checkpoint) or a CHECKPOINT.pt")
-    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", type=given,
                         help="scan files or folders (see above), then any section.key=value overrides")
     parser.set_defaults(overrides=[])  # section.key=value after the options (commands.parse_args)
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
+    parser.add_argument("--out", required=True, metavar="DIR", type=given, help="folder for the outputs")
     parser.add_argument("--format", type=_formats, default=("npy", "ply"), metavar="LIST",
                         help=f"the outputs to write, comma-separated from {','.join(FORMATS)} (default npy,ply; "
                              "--format h5 writes the .h5 only)")

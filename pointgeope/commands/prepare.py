@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from pathlib import Path
 
 from data_prep.limits import PointLimits, ZipLimits
+from pointgeope.commands import path_arg
 from pointgeope.constants import MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
 
@@ -35,8 +35,8 @@ def _size_arg(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("raw", type=Path, help="raw S3DIS folder or .zip (Area_N/<room>/Annotations/*.txt)")
-    parser.add_argument("out", type=Path, help="output folder for Area_N.h5, manifest.json, folds.json")
+    parser.add_argument("raw", type=path_arg, help="raw S3DIS folder or .zip (Area_N/<room>/Annotations/*.txt)")
+    parser.add_argument("out", type=path_arg, help="output folder for Area_N.h5, manifest.json, folds.json")
     parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
                         help="parallel worker processes (default: the CPU count, at most 8)")
     parser.add_argument("--force", action="store_true", help="reparse every room even if it is up to date")

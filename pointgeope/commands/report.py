@@ -26,17 +26,18 @@ touched.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from pointgeope.commands import path_arg
 
 HELP = "6-fold tables (markdown, JSON, CSV) and figures of one or more runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the file list of the docstring
-    parser.add_argument("runs", nargs="+", metavar="RUN", type=Path,
+    parser.add_argument("runs", nargs="+", metavar="RUN", type=path_arg,
                         help="run folder holding area_1/metrics.json .. area_6/metrics.json; the first is the "
                              "baseline of the differences")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=path_arg, default=None,
                         help="output folder (default: RUN/report for one run, else "
                              "report_<name1>_vs_<name2>... beside the first run)")
     parser.add_argument("--names", nargs="+", default=None, metavar="NAME",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 from data_prep.synth.config import PRESETS, SynthConfig
+from pointgeope.commands import path_arg
 from pointgeope.errors import UserError
 
 HELP = "synthetic S3DIS rooms in the raw layout (tests and the demo; real S3DIS cannot be fetched)"
@@ -22,7 +22,7 @@ HELP = "synthetic S3DIS rooms in the raw layout (tests and the demo; real S3DIS 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``pointgeope synth``: OUT, a ``--size`` preset and the fields that override it."""
-    parser.add_argument("out", type=Path, metavar="OUT", help="folder to write the Area_N folders into")
+    parser.add_argument("out", type=path_arg, metavar="OUT", help="folder to write the Area_N folders into")
     parser.add_argument("--size", choices=sorted(PRESETS), default="demo",
                         help="preset of areas, rooms and density (default: demo); the options below override it")
     parser.add_argument("--areas", type=int, help="number of areas (1-6)")

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 
-from pointgeope.commands import config_overrides
+from pointgeope.commands import config_overrides, given
 
 HELP = "train one fold (--test-area K) or every fold (--cv), then evaluate it"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="YAML config, e.g. configs/s3dis/pt_geope.yaml")
+    parser.add_argument("--config", required=True, type=given, help="YAML config, e.g. configs/s3dis/pt_geope.yaml")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--test-area", type=int, metavar="K", help="train fold K: test on Area_K")
     which.add_argument("--cv", action="store_true", help="every fold of folds.json in turn")

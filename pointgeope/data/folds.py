@@ -107,5 +107,7 @@ def fold_of(folds: dict[int, Fold], test_area: int, root: str | Path) -> Fold:
     if test_area in folds:
         return folds[test_area]
     tests = ", ".join(area for fold in folds.values() for area in fold.test)
+    prepare = (f", or run `pointgeope prepare` on raw data that holds Area_{test_area}" if test_area >= 0
+               else "")  # no raw area is Area_-1
     raise FoldsError(f"--test-area {test_area}: {Path(root) / 'folds.json'} has folds {sorted(folds)} (test areas "
-                     f"{tests}); pick one of them, or run `pointgeope prepare` on raw data that holds Area_{test_area}")
+                     f"{tests}); pick one of them{prepare}")

@@ -182,10 +182,14 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     if path.suffix == ".py":   # Pointcept's (mmcv's) form, which YAML reads as a scalar or a syntax error
         raise ConfigError(f"{path}: expected a YAML config, got a Python file (Pointcept's form); Pointcept's PTv3 "
                           "S3DIS recipe is configs/s3dis/_ptv3_recipe.yaml, each step in docs/ptv3-recipe.md")
+    data = path.read_bytes()
+    if b"\0" in data and not data.startswith((b"\xff\xfe", b"\xfe\xff")):  # not text, nor UTF-16: said to save as UTF-8
+        raise ConfigError(f"{path}: a binary file (it holds NUL bytes; a checkpoint or an array?), not a YAML config; "
+                          "give a config such as configs/demo.yaml, or a fold's config.yaml")
     try:
-        raw, lines = load_yaml_lines(path.read_text(encoding="utf-8"))
+        raw, lines = load_yaml_lines(path.read_text(encoding="utf-8"))   # its newlines as text reads them
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[:err.start].count(b"\n") + 1
+        line = data[:err.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x}); a config is a UTF-8 "
                           "YAML file: save it as UTF-8") from None
     except DuplicateKeyError as err:

@@ -97,7 +97,8 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     ``evaluate`` uses it, else ``last``.
 
     Refused: a folder without that file and not named ``area_K`` (a run folder ``RUN``), with the folds it
-    holds; a fold folder that is not there, or lacks the file, in ``evaluate``'s words (train it first:
+    holds; a ``config.yaml`` that ``evaluate`` would refuse, when ``which`` is not given (its ``eval.checkpoint``
+    is unknown); a fold folder that is not there, or lacks the file, in ``evaluate``'s words (train it first:
     :mod:`pointgeope.engine.fold_result`).
     """
     model = Path(model)
@@ -115,8 +116,9 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
 
             try:
                 which = load_record(model / "config.yaml").eval.checkpoint
-            except ConfigError:
-                pass  # the checkpoint carries its own config; last.pt it is
+            except ConfigError as err:  # taking last.pt then predicted with another file than its eval.checkpoint
+                raise PredictError(f"{err}; predict reads the fold's eval.checkpoint from it: correct it, or choose "
+                                   "the file with --checkpoint last|best") from None
     path = model / f"{which}.pt"
     if not path.exists():  # a fold stopped before this checkpoint; RUN given for RUN/area_K: its folds named
         raise (CheckpointError(missing_checkpoint(path, int(fold[1]), predict_last(path, folder=True)))

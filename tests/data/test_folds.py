@@ -88,6 +88,10 @@ def test_a_fold_that_is_not_there_names_the_test_areas_of_the_file(prepared):
     assert str(err.value) == (f"--test-area 5: {root / 'folds.json'} has folds [1, 2, 3] (test areas Area_1, "
                               "Area_2, Area_3); pick one of them, or run `pointgeope prepare` on raw data that "
                               "holds Area_5")
+    with pytest.raises(FoldsError) as err:      # it said: on raw data that holds Area_-1
+        fold_of(folds, -1, root)
+    assert str(err.value) == (f"--test-area -1: {root / 'folds.json'} has folds [1, 2, 3] (test areas Area_1, "
+                              "Area_2, Area_3); pick one of them")
 
 
 

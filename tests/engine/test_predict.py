@@ -339,6 +339,32 @@ def test_a_lone_unvalidated_best_pt_is_told_a_way_that_exists(two_folds, tmp_pat
                                   np.load(tmp_path / "fold" / "scan_pred.npy"))
 
 
+def test_a_config_yaml_predict_cannot_read_is_refused_not_taken_for_last(tiny_run, tmp_path, capsys):
+    """A fold whose ``config.yaml`` chooses ``eval.checkpoint: best`` but holds a misspelt key elsewhere (which
+    ``evaluate`` refuses) was predicted from ``last.pt``, exit code 0, without a word: other weights than the
+    run's choice. Now one line names the file's line and ``--checkpoint``; with it, the chosen file is used."""
+    import json
+    import shutil
+
+    fold, scan, out = tmp_path / "run" / "area_1", tmp_path / "scan.npy", tmp_path / "pred"
+    fold.mkdir(parents=True)
+    for name in ("last.pt", "best.pt"):
+        shutil.copy(tiny_run / name, fold / name)
+    text = (tiny_run / "config.yaml").read_text()
+    assert text.count("  checkpoint: last\n") == 1
+    (fold / "config.yaml").write_text(text.replace("  checkpoint: last\n", "  checkpoint: best\n  vot: probs\n"))
+    line = text.splitlines().index("  checkpoint: last") + 2
+    np.save(scan, np.random.default_rng(0).random((300, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    capsys.readouterr()
+    assert one_line(capsys, 2, ["predict", str(fold), str(scan), "--out", str(out)]) == (
+        f"pointgeope predict: error: {fold / 'config.yaml'}:{line}: unknown key 'eval.vot'; did you mean "
+        "'eval.vote'?; predict reads the fold's eval.checkpoint from it: correct it, or choose the file with "
+        "--checkpoint last|best")
+    assert not out.exists()
+    assert cli(["predict", str(fold), str(scan), "--out", str(out), "--checkpoint", "best"]) == 0
+    assert json.loads((out / "scan_pred.json").read_text())["model_path"] == str(fold / "best.pt")
+
+
 def test_an_eval_checkpoint_override_is_refused_for_the_checkpoint_option(tiny_run, tmp_path, capsys):
     """``predict RUN/area_K SCAN eval.checkpoint=best`` passed the check of overrides (eval.*), but the file was
     chosen before the config was read: it predicted with last.pt, exit code 0, the override unread. Now one line
