@@ -30,8 +30,9 @@ def recorded_settings(path: Path, out: Path) -> dict:
 
 def complete_manifest(path: Path, settings: dict, planned: set[tuple[str, str]]) -> dict | None:
     """The manifest at ``path`` when it records a finished run of ``settings``: valid JSON, those settings,
-    exactly the ``planned`` ``(area, room)`` pairs, and the totals and defects the summary prints, of their
-    types; ``None`` otherwise (missing, damaged, another run's or unfinished)."""
+    exactly the ``planned`` ``(area, room)`` pairs, each with the mapping of its annotation ``files``, and the
+    totals and defects the summary prints, of their types; ``None`` otherwise (missing, damaged, another run's
+    or unfinished)."""
     try:
         done = json_text.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -40,7 +41,9 @@ def complete_manifest(path: Path, settings: dict, planned: set[tuple[str, str]])
         return None
     areas, totals, defects = done.get("areas"), done.get("totals"), done.get("defects")
     if not (isinstance(areas, dict) and all(isinstance(rooms, dict) for rooms in areas.values())
-            and {(area, room) for area, rooms in areas.items() for room in rooms} == planned):
+            and {(area, room) for area, rooms in areas.items() for room in rooms} == planned
+            and all(isinstance(record, dict) and isinstance(record.get("files"), dict)
+                    for rooms in areas.values() for record in rooms.values())):
         return None
     counts = totals.get("class_counts") if isinstance(totals, dict) else None
     if not (isinstance(counts, dict) and all(_whole(v) for v in [totals.get("rooms"), totals.get("points"),

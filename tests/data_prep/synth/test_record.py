@@ -76,3 +76,16 @@ def test_a_damaged_manifest_is_written_anew_from_the_rooms_kept(made, tmp_path, 
     printed = capsys.readouterr().out
     assert "kept Area_1/office_1" in printed and "kept Area_2/office_1" in printed and "wrote" not in printed
     assert _files(out) == made[1]   # the very bytes of the run that made it, manifest included
+
+
+@pytest.mark.parametrize("record", [5, None, {}, {"files": ["wall_1.txt"]}])
+def test_a_manifest_whose_room_record_is_damaged_is_written_anew(made, tmp_path, capsys, record):
+    """Before: a manifest of the run's settings and rooms whose record of Area_1/office_1 was a number, or had
+    no mapping of its files, was taken for a finished run: "nothing to do", the damaged manifest left as it was."""
+    out = _copy(made, tmp_path)
+    good = json.loads((out / MANIFEST).read_text())
+    good["areas"]["Area_1"]["office_1"] = record
+    (out / MANIFEST).write_text(json.dumps(good))
+    assert cli(["synth", str(out), *ARGS]) == 0
+    assert "kept Area_1/office_1" in capsys.readouterr().out
+    assert _files(out) == made[1]
