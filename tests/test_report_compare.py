@@ -5,11 +5,13 @@ given twice (a comparison of a run with itself)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from pointgeope.cli import main as cli
+from pointgeope.report import default_out
 from tests.test_report import write_fold
 from tests.test_report_mixed import _fold, _with_data
 
@@ -126,6 +128,23 @@ def test_long_run_names_make_file_names_the_file_system_takes(tmp_path, capsys):
     assert sorted(p.name for p in out.glob("confusion_*")) == [f"confusion_{'x' * 60}_{i}.png" for i in (1, 2)]
     assert [run["name"] for run in json.loads((out / "report.json").read_text())["runs"]] == names
     capsys.readouterr()
+
+
+def test_many_runs_of_long_names_make_a_default_folder_the_file_system_takes(tmp_path, capsys):
+    """Before: six runs of 50-character folder names made the default folder report_<run1>_vs_..._vs_<run6>, 330
+    characters, beyond the 255 bytes of a file name: an OSError traceback. Now the first run's name, how many
+    more, and 8 hex digits of the names: another list of runs gets another folder."""
+    runs = [_run(tmp_path, f"ptv3_geope_s3dis_lr0.002_batch8_epochs100_seed{i}_abc", f"train.seed={i}")
+            for i in range(6)]
+    assert cli(["report", *map(str, runs)]) == 0
+    capsys.readouterr()
+    [folder] = tmp_path.glob("report_*")
+    assert len(folder.name.encode()) <= 255
+    assert re.fullmatch(f"report_{re.escape(runs[0].name)}_and_5_more_[0-9a-f]{{8}}", folder.name), folder
+    assert [run["name"] for run in json.loads((folder / "report.json").read_text())["runs"]] == [r.name for r in runs]
+    names = [run.name for run in runs]
+    others = [default_out(runs[:5], names[:5]), default_out([runs[0], *runs[:0:-1]], [names[0], *names[:0:-1]])]
+    assert len({folder, *others}) == 3 and all(other.name.startswith(f"report_{names[0]}_and_") for other in others)
 
 
 def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):
