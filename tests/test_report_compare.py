@@ -117,6 +117,35 @@ def test_a_run_name_that_cannot_head_a_row_is_refused(tmp_path, capsys, names, b
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("names", [["rpe", "rpe "], ["a b", "a  b"], [" geope", "geope"]])
+def test_names_told_apart_by_spaces_alone_are_refused(tmp_path, capsys, names):
+    """Before: `--names rpe 'rpe '` was taken; report.md's rows (markdown drops the spaces around a cell and
+    collapses those inside) read `rpe`, `rpe` and `rpe - rpe`: the runs could not be told apart."""
+    runs = [_run(tmp_path, "rpe", "model.pe=rpe"), _run(tmp_path, "geope", "model.pe=geope")]
+    assert cli(["report", *map(str, runs), "--names", *names, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope report: error: expected distinct run names, got {names!r} (told apart by spaces alone, which a "
+        "table drops); pass --names"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_name_is_said_in_a_bounded_line(tmp_path):
+    """Before: a refused name, or the list of names, was said whole: a name of 10,000 characters made a refusal
+    line as long."""
+    from pointgeope.report.runs import ReportError, load_runs
+
+    runs = [tmp_path / "a", tmp_path / "b"]
+    cases = [(["x" * 10_000 + "\n", "b"], "x" * 10_000 + "\n"),     # the name refused
+             (["y" * 10_000] * 2, ["y" * 10_000] * 2),                # the names that are not distinct
+             (["z" * 10_000], ["z" * 10_000])]                        # the names, one fewer than the runs
+    for names, said in cases:
+        with pytest.raises(ReportError) as caught:
+            load_runs(runs, names)
+        text = str(caught.value)
+        assert len(text) < 800 and "\n" not in text, text
+        assert f"... ({len(repr(said)):,} characters)" in text, text
+
+
 def test_long_run_names_make_file_names_the_file_system_takes(tmp_path, capsys):
     """Before: a name of 300 characters made `confusion_<name>.png` (and the default folder `report_<a>_vs_<b>`)
     longer than 255 bytes: an OSError traceback. Each name keeps its first 60 characters there, names that then
