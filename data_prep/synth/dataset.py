@@ -31,6 +31,7 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.lock import LOCK_NAME, folder_lock
 from pointgeope.memory import available_memory
 from pointgeope.plural import counted
+from pointgeope.recorded_text import bounded, repr_bounded
 
 MANIFEST = "synth_manifest.json"
 SETTINGS = ".synth_settings.json"  # written once the settings are checked, before the first room, so that a
@@ -228,9 +229,11 @@ def check_out(out: Path, settings: dict) -> str:
     found = recorded_settings(path, out)
     if found != settings:
         changed = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
-        raise ValueError(f"{out} was generated with other settings ({', '.join(changed)} differ: "
-                         f"{ {k: found.get(k) for k in changed} } there, { {k: settings.get(k) for k in changed} } "
-                         "asked); remove it or choose another OUT")
+        keys = bounded(", ".join(k if k.isidentifier() else repr(k) for k in changed), 200)  # a hand edit's: cut
+        raise ValueError(f"{out} was generated with other settings ({keys} differ: "
+                         f"{repr_bounded({k: found.get(k) for k in changed}, 200)} there, "
+                         f"{repr_bounded({k: settings.get(k) for k in changed}, 200)} asked); remove it or choose "
+                         "another OUT")
     planned = {(AREAS[s.area], s.name) for s in plan_rooms(settings["areas"], settings["rooms_per_area"])}
     check_places(out, planned)
     done = complete_manifest(out / MANIFEST, settings, planned)

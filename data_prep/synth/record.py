@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pointgeope import json_text
+from pointgeope.recorded_text import bounded
 
 
 def recorded_settings(path: Path, out: Path) -> dict:
@@ -19,7 +20,7 @@ def recorded_settings(path: Path, out: Path) -> dict:
     try:
         found = json_text.loads(path.read_bytes())
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
-        why = f"not valid JSON ({str(err)[:200]})"
+        why = f"not valid JSON ({bounded(str(err), 200)})"
     else:
         if isinstance(found, dict):
             return found

@@ -89,3 +89,18 @@ def test_a_manifest_whose_room_record_is_damaged_is_written_anew(made, tmp_path,
     assert cli(["synth", str(out), *ARGS]) == 0
     assert "kept Area_1/office_1" in capsys.readouterr().out
     assert _files(out) == made[1]
+
+
+@pytest.mark.parametrize("edit", [{"seed": "9" * 100_000}, {"seed": 1, "x" * 100_000: 1}, {"a\nb": "c\nd"}])
+def test_settings_edited_by_hand_are_said_in_one_bounded_line(made, tmp_path, capsys, edit):
+    """Before: settings that were a mapping with other values were said whole: a 100,000-character value or key
+    made a refusal line as long (the newline of a key was, and stays, one line)."""
+    out = _copy(made, tmp_path)
+    settings = json.loads((out / SETTINGS).read_text())
+    (out / SETTINGS).write_text(json.dumps({**settings, **edit}))
+    assert cli(["synth", str(out), *ARGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and len(err[0]) < 1200, (len(err), len(err[0]))
+    assert err[0].startswith(f"pointgeope synth: error: {out} was generated with other settings ("), err
+    assert err[0].endswith(" asked); remove it or choose another OUT"), err
+    assert ("characters)" in err[0]) == (len(json.dumps(edit)) > 1000), err
