@@ -31,9 +31,9 @@ def recorded_settings(path: Path, out: Path) -> dict:
 
 def complete_manifest(path: Path, settings: dict, planned: set[tuple[str, str]]) -> dict | None:
     """The manifest at ``path`` when it records a finished run of ``settings``: valid JSON, those settings,
-    exactly the ``planned`` ``(area, room)`` pairs, each with the mapping of its annotation ``files``, and the
-    totals and defects the summary prints, of their types; ``None`` otherwise (missing, damaged, another run's
-    or unfinished)."""
+    exactly the ``planned`` ``(area, room)`` pairs, each with the mapping of its annotation ``files``, the totals
+    the summary prints, which are the sums of the rooms' records (:func:`_totals`), and defects of their types;
+    ``None`` otherwise (missing, damaged, another run's or unfinished)."""
     try:
         done = json_text.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -46,13 +46,24 @@ def complete_manifest(path: Path, settings: dict, planned: set[tuple[str, str]])
             and all(isinstance(record, dict) and isinstance(record.get("files"), dict)
                     for rooms in areas.values() for record in rooms.values())):
         return None
-    counts = totals.get("class_counts") if isinstance(totals, dict) else None
-    if not (isinstance(counts, dict) and all(_whole(v) for v in [totals.get("rooms"), totals.get("points"),
-                                                                  *counts.values()])):
+    if not (isinstance(totals, dict) and totals == _totals([record for rooms in areas.values()
+                                                             for record in rooms.values()])):
         return None
     if not isinstance(defects, list) or not all(_sound_defect(d) for d in defects):
         return None
     return done
+
+
+def _totals(records: list[dict]) -> dict | None:
+    """``totals`` as synth writes it from the rooms' ``records``: the rooms, all points and each class's points
+    (the sums of the records' ``class_counts``); ``None`` where a record's counts are not whole numbers."""
+    counts: dict[str, int] = {}
+    for record in records:
+        if not (isinstance(found := record.get("class_counts"), dict) and all(map(_whole, found.values()))):
+            return None
+        for name, count in found.items():
+            counts[name] = counts.get(name, 0) + count
+    return {"rooms": len(records), "points": sum(counts.values()), "class_counts": counts}
 
 
 def _whole(value) -> bool:

@@ -104,3 +104,31 @@ def test_settings_edited_by_hand_are_said_in_one_bounded_line(made, tmp_path, ca
     assert err[0].startswith(f"pointgeope synth: error: {out} was generated with other settings ("), err
     assert err[0].endswith(" asked); remove it or choose another OUT"), err
     assert ("characters)" in err[0]) == (len(json.dumps(edit)) > 1000), err
+
+
+def _more(counts: dict, name: str, by: int) -> dict:
+    return {**counts, name: counts[name] + by}
+
+
+@pytest.mark.parametrize("damage", ["rooms", "points", "a class", "a room's class", "a class more"])
+def test_totals_that_are_not_the_sums_of_the_rooms_are_written_anew(made, tmp_path, capsys, damage):
+    """Before: totals of the right types but other values (`"rooms": 10**30`, a class's points one more) were
+    taken for a finished run: "nothing to do", the summary printed them, the manifest left as it was."""
+    out = _copy(made, tmp_path)
+    manifest = json.loads((out / MANIFEST).read_text())
+    totals, room = manifest["totals"], manifest["areas"]["Area_1"]["office_1"]
+    if damage == "rooms":
+        totals["rooms"] = 10**30
+    elif damage == "points":
+        totals["points"] += 1
+    elif damage == "a class":
+        totals["class_counts"] = _more(totals["class_counts"], "wall", 1)
+    elif damage == "a room's class":
+        room["class_counts"] = _more(room["class_counts"], "wall", 1)
+    else:
+        totals["class_counts"]["stairs"] = 0
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    assert cli(["synth", str(out), *ARGS]) == 0
+    printed = capsys.readouterr().out
+    assert "kept Area_1/office_1" in printed and "kept Area_2/office_1" in printed and "wrote" not in printed
+    assert _files(out) == made[1]
