@@ -5,11 +5,13 @@ given twice (a comparison of a run with itself)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from pointgeope.cli import main as cli
+from pointgeope.report import default_out
 from tests.test_report import write_fold
 from tests.test_report_mixed import _fold, _with_data
 
@@ -115,6 +117,35 @@ def test_a_run_name_that_cannot_head_a_row_is_refused(tmp_path, capsys, names, b
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("names", [["rpe", "rpe "], ["a b", "a  b"], [" geope", "geope"]])
+def test_names_told_apart_by_spaces_alone_are_refused(tmp_path, capsys, names):
+    """Before: `--names rpe 'rpe '` was taken; report.md's rows (markdown drops the spaces around a cell and
+    collapses those inside) read `rpe`, `rpe` and `rpe - rpe`: the runs could not be told apart."""
+    runs = [_run(tmp_path, "rpe", "model.pe=rpe"), _run(tmp_path, "geope", "model.pe=geope")]
+    assert cli(["report", *map(str, runs), "--names", *names, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope report: error: expected distinct run names, got {names!r} (told apart by spaces alone, which a "
+        "table drops); pass --names"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_name_is_said_in_a_bounded_line(tmp_path):
+    """Before: a refused name, or the list of names, was said whole: a name of 10,000 characters made a refusal
+    line as long."""
+    from pointgeope.report.runs import ReportError, load_runs
+
+    runs = [tmp_path / "a", tmp_path / "b"]
+    cases = [(["x" * 10_000 + "\n", "b"], "x" * 10_000 + "\n"),     # the name refused
+             (["y" * 10_000] * 2, ["y" * 10_000] * 2),                # the names that are not distinct
+             (["z" * 10_000], ["z" * 10_000])]                        # the names, one fewer than the runs
+    for names, said in cases:
+        with pytest.raises(ReportError) as caught:
+            load_runs(runs, names)
+        text = str(caught.value)
+        assert len(text) < 800 and "\n" not in text, text
+        assert f"... ({len(repr(said)):,} characters)" in text, text
+
+
 def test_long_run_names_make_file_names_the_file_system_takes(tmp_path, capsys):
     """Before: a name of 300 characters made `confusion_<name>.png` (and the default folder `report_<a>_vs_<b>`)
     longer than 255 bytes: an OSError traceback. Each name keeps its first 60 characters there, names that then
@@ -126,6 +157,23 @@ def test_long_run_names_make_file_names_the_file_system_takes(tmp_path, capsys):
     assert sorted(p.name for p in out.glob("confusion_*")) == [f"confusion_{'x' * 60}_{i}.png" for i in (1, 2)]
     assert [run["name"] for run in json.loads((out / "report.json").read_text())["runs"]] == names
     capsys.readouterr()
+
+
+def test_many_runs_of_long_names_make_a_default_folder_the_file_system_takes(tmp_path, capsys):
+    """Before: six runs of 50-character folder names made the default folder report_<run1>_vs_..._vs_<run6>, 330
+    characters, beyond the 255 bytes of a file name: an OSError traceback. Now the first run's name, how many
+    more, and 8 hex digits of the names: another list of runs gets another folder."""
+    runs = [_run(tmp_path, f"ptv3_geope_s3dis_lr0.002_batch8_epochs100_seed{i}_abc", f"train.seed={i}")
+            for i in range(6)]
+    assert cli(["report", *map(str, runs)]) == 0
+    capsys.readouterr()
+    [folder] = tmp_path.glob("report_*")
+    assert len(folder.name.encode()) <= 255
+    assert re.fullmatch(f"report_{re.escape(runs[0].name)}_and_5_more_[0-9a-f]{{8}}", folder.name), folder
+    assert [run["name"] for run in json.loads((folder / "report.json").read_text())["runs"]] == [r.name for r in runs]
+    names = [run.name for run in runs]
+    others = [default_out(runs[:5], names[:5]), default_out([runs[0], *runs[:0:-1]], [names[0], *names[:0:-1]])]
+    assert len({folder, *others}) == 3 and all(other.name.startswith(f"report_{names[0]}_and_") for other in others)
 
 
 def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):

@@ -14,7 +14,6 @@ and a ``stairs_1.txt`` annotation (put in a hallway when there is one; the prepa
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 from data_prep.synth.config import PRESETS
 from data_prep.synth.geometry import inside_any, point_count, sample
 from data_prep.synth.objects import object_colours
+from data_prep.synth.places import check_places, check_room
 from data_prep.synth.record import complete_manifest, recorded_settings
 from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
 from data_prep.synth.write import Defect, format_lines, remove_stale, room_files, write_room
@@ -31,6 +31,7 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.lock import LOCK_NAME, folder_lock
 from pointgeope.memory import available_memory
 from pointgeope.plural import counted
+from pointgeope.recorded_text import bounded, repr_bounded
 
 MANIFEST = "synth_manifest.json"
 SETTINGS = ".synth_settings.json"  # written once the settings are checked, before the first room, so that a
@@ -228,33 +229,19 @@ def check_out(out: Path, settings: dict) -> str:
     found = recorded_settings(path, out)
     if found != settings:
         changed = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
-        raise ValueError(f"{out} was generated with other settings ({', '.join(changed)} differ: "
-                         f"{ {k: found.get(k) for k in changed} } there, { {k: settings.get(k) for k in changed} } "
-                         "asked); remove it or choose another OUT")
+        keys = bounded(", ".join(k if k.isidentifier() else repr(k) for k in changed), 200)  # a hand edit's: cut
+        raise ValueError(f"{out} was generated with other settings ({keys} differ: "
+                         f"{repr_bounded({k: found.get(k) for k in changed}, 200)} there, "
+                         f"{repr_bounded({k: settings.get(k) for k in changed}, 200)} asked); remove it or choose "
+                         "another OUT")
     planned = {(AREAS[s.area], s.name) for s in plan_rooms(settings["areas"], settings["rooms_per_area"])}
     check_places(out, planned)
-    if complete_manifest(out / MANIFEST, settings, planned) is not None and \
-            all((out / area / room).is_dir() for area, room in planned):
+    done = complete_manifest(out / MANIFEST, settings, planned)
+    if done is not None and all((out / area / room).is_dir() for area, room in planned):
+        for area, room in sorted(planned):  # each room holds the annotation files its record names
+            check_room(out / area / room, list(done["areas"][area][room]["files"]))
         return "complete"
     return "resume"  # unfinished, or a damaged manifest: the rooms are kept and the manifest written anew
-
-
-def check_places(out: Path, planned: set[tuple[str, str]]) -> None:
-    """A ``ValueError`` naming the first place of an area or room folder of the plan that holds something else:
-    a file, or a link that leads to no folder (synth would fail there after the rooms before it), or a room
-    folder without its room file or ``Annotations`` (a room is written whole, so not synth's: it would be kept
-    as if it were, and the manifest list a room that is not there)."""
-    for place in sorted({out / area for area, _ in planned} | {out / area / room for area, room in planned}):
-        kind = "room" if place.parent != out else "area"
-        if os.path.lexists(place) and not place.is_dir():
-            what = "a link that leads to no folder" if place.is_symlink() else "a file"
-            raise ValueError(f"{place}: {what} where synth writes the {kind}'s folder; remove it, or choose "
-                             "another OUT")
-        lacks = [name for name in (f"{place.name}.txt", "Annotations")
-                 if kind == "room" and place.is_dir() and not os.path.lexists(place / name)]
-        if lacks:
-            raise ValueError(f"{place}: a room folder without {' or '.join(lacks)}, not one synth wrote whole; "
-                             "remove it (synth writes it again), or choose another OUT")
 
 
 def generate(out: Path, config, log=print) -> dict:
@@ -297,6 +284,8 @@ def _write_rooms(out: Path, config, settings: dict, log) -> dict:
             room_defects = [d for d in defects if (d.area, d.room) == (area, spec.name)]
             room_dir = area_dir / spec.name
             state_word = "kept" if room_dir.is_dir() else "wrote"
+            if state_word == "kept":  # (an annotation file removed since: refused, the rooms before it kept)
+                check_room(room_dir, [name for name, _, _ in points.files])
             planted = []
             if state_word == "wrote" or room_defects:  # a kept room is formatted only to report its defects
                 text, lengths = format_lines(points.xyz_mm, points.rgb)

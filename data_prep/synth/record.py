@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pointgeope import json_text
+from pointgeope.recorded_text import bounded
 
 
 def recorded_settings(path: Path, out: Path) -> dict:
@@ -19,7 +20,7 @@ def recorded_settings(path: Path, out: Path) -> dict:
     try:
         found = json_text.loads(path.read_bytes())
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
-        why = f"not valid JSON ({str(err)[:200]})"
+        why = f"not valid JSON ({bounded(str(err), 200)})"
     else:
         if isinstance(found, dict):
             return found
@@ -30,8 +31,9 @@ def recorded_settings(path: Path, out: Path) -> dict:
 
 def complete_manifest(path: Path, settings: dict, planned: set[tuple[str, str]]) -> dict | None:
     """The manifest at ``path`` when it records a finished run of ``settings``: valid JSON, those settings,
-    exactly the ``planned`` ``(area, room)`` pairs, and the totals and defects the summary prints, of their
-    types; ``None`` otherwise (missing, damaged, another run's or unfinished)."""
+    exactly the ``planned`` ``(area, room)`` pairs, each with the mapping of its annotation ``files``, the totals
+    the summary prints, which are the sums of the rooms' records (:func:`_totals`), and defects of their types;
+    ``None`` otherwise (missing, damaged, another run's or unfinished)."""
     try:
         done = json_text.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -40,15 +42,28 @@ def complete_manifest(path: Path, settings: dict, planned: set[tuple[str, str]])
         return None
     areas, totals, defects = done.get("areas"), done.get("totals"), done.get("defects")
     if not (isinstance(areas, dict) and all(isinstance(rooms, dict) for rooms in areas.values())
-            and {(area, room) for area, rooms in areas.items() for room in rooms} == planned):
+            and {(area, room) for area, rooms in areas.items() for room in rooms} == planned
+            and all(isinstance(record, dict) and isinstance(record.get("files"), dict)
+                    for rooms in areas.values() for record in rooms.values())):
         return None
-    counts = totals.get("class_counts") if isinstance(totals, dict) else None
-    if not (isinstance(counts, dict) and all(_whole(v) for v in [totals.get("rooms"), totals.get("points"),
-                                                                  *counts.values()])):
+    if not (isinstance(totals, dict) and totals == _totals([record for rooms in areas.values()
+                                                             for record in rooms.values()])):
         return None
     if not isinstance(defects, list) or not all(_sound_defect(d) for d in defects):
         return None
     return done
+
+
+def _totals(records: list[dict]) -> dict | None:
+    """``totals`` as synth writes it from the rooms' ``records``: the rooms, all points and each class's points
+    (the sums of the records' ``class_counts``); ``None`` where a record's counts are not whole numbers."""
+    counts: dict[str, int] = {}
+    for record in records:
+        if not (isinstance(found := record.get("class_counts"), dict) and all(map(_whole, found.values()))):
+            return None
+        for name, count in found.items():
+            counts[name] = counts.get(name, 0) + count
+    return {"rooms": len(records), "points": sum(counts.values()), "class_counts": counts}
 
 
 def _whole(value) -> bool:

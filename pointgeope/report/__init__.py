@@ -17,6 +17,9 @@ RECORD = "report.json"  # written last, naming the checksum of every other outpu
 # The characters of a run's name kept in a file or folder name: a name of hundreds of characters made names
 # beyond the file system's 255 bytes (an OSError traceback after the tables were made).
 SLUG_CHARACTERS = 60
+# The characters of the default folder of several runs (ASCII: a byte each), within those 255 bytes: six runs of
+# 50-character names made report_<run1>_vs_..._vs_<run6> of 330.
+FOLDER_CHARACTERS = 200
 
 
 def _slug(name: str) -> str:
@@ -31,9 +34,16 @@ def confusion_names(names: list[str]) -> list[str]:
 
 
 def default_out(runs: list[Path], names: list[str]) -> Path:
+    """``RUN/report`` for one run; for several, ``report_<run1>_vs_<run2>...`` (each name's :func:`_slug`) beside
+    the first run, or, where that is longer than :data:`FOLDER_CHARACTERS`, ``report_<run1>_and_<k>_more_<h>``
+    (``k`` the other runs, ``h`` 8 hex digits of the sha256 of the names, one a line): one folder per list of names."""
     if len(runs) == 1:
         return runs[0] / "report"
-    return runs[0].resolve().parent / ("report_" + "_vs_".join(_slug(n) for n in names))
+    folder = "report_" + "_vs_".join(_slug(n) for n in names)
+    if len(folder) > FOLDER_CHARACTERS:
+        digest = hashlib.sha256("\n".join(names).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        folder = f"report_{_slug(names[0])}_and_{len(names) - 1}_more_{digest}"
+    return runs[0].resolve().parent / folder
 
 
 def check_out(out: Path, runs: list[Path]) -> None:

@@ -373,7 +373,8 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
               class_mean: str | None = None, allow_mixed: bool = False) -> list[RunSummary]:
     """Load several runs; names default to the folder names, made unique with their parent folder."""
     if names is not None and len(names) != len(runs):
-        raise ReportError(f"expected one name per run ({len(runs)}), got {counted(len(names), 'name')}: {names}")
+        raise ReportError(f"expected one name per run ({len(runs)}), got {counted(len(names), 'name')}: "
+                          f"{repr_bounded(names)}")
     seen: dict[Path, str | Path] = {}
     for run in runs:  # one folder twice (a link, another spelling): a comparison of a run with itself
         if (where := Path(run).resolve()) in seen:
@@ -386,10 +387,12 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
             names = [f"{Path(r).resolve().parent.name}/{Path(r).resolve().name}" for r in runs]
     for run, name in zip(runs, names, strict=True):  # each heads its run's rows of every table, on one line
         if not (name.strip() and name.isprintable()):
-            raise ReportError(f"run {run}: expected a name of visible characters on one line, got {name!r} (blank "
-                              "or with a control character such as a newline); pass --names with one")
-    if len(set(names)) < len(names):
-        raise ReportError(f"expected distinct run names, got {names}; pass --names")
+            raise ReportError(f"run {run}: expected a name of visible characters on one line, got "
+                              f"{repr_bounded(name, 80)} (blank or with a control character such as a newline); pass "
+                              "--names with one")
+    if len({" ".join(name.split()) for name in names}) < len(names):  # as a table shows them: spaces collapsed
+        spaces = "" if len(set(names)) < len(names) else " (told apart by spaces alone, which a table drops)"
+        raise ReportError(f"expected distinct run names, got {repr_bounded(names)}{spaces}; pass --names")
     summaries = [load_run(r, n, class_mean, allow_mixed) for r, n in zip(runs, names, strict=True)]
     same_class_names([(s.folds[0].path, s.class_names) for s in summaries])
     return summaries

@@ -92,9 +92,10 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
         scored = int(((label < n) & (label != ignore_index)).sum())
         skipped = f" ({class_names[ignore_index]} not scored: the run ignores it)" if 0 <= ignore_index < n else ""
         lines.append(f"  room: mIoU {_percent(result['miou'])} % of the {counted(present, 'class')} present, OA "
-                     f"{_percent(result['oa'])} % over {scored:,} labelled points{skipped}")
+                     f"{_percent(result['oa'])} % over {counted(scored, 'labelled point')}{skipped}")
     if by_pred:
-        lines.append(f"  room: {int(counts.sum()):,} points by predicted class; no ground truth, nothing to score")
+        lines.append(f"  room: {counted(int(counts.sum()), 'point')} by predicted class; no ground truth, nothing to "
+                     "score")
     return lines
 
 

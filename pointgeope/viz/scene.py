@@ -14,6 +14,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, DEFAULT_MAX_POINTS, IGNORE_LABEL, NUM_CLASSES, class_names
 from pointgeope.number_kind import is_integer
+from pointgeope.plural import counted
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import has_ground_truth
@@ -183,10 +184,10 @@ def prepare_view(view: RoomView, hidden: tuple[int, ...] = (), voxel: float | No
                            "by; give --pred, or leave out --hide")
         keep = keep_mask(out.pred if by_pred else out.label, hidden)
         out = out.take(keep, f"hidden {names}{' by prediction (no ground truth)' if by_pred else ''}: "
-                             f"{int((~keep).sum()):,} points")
+                             f"{counted(int((~keep).sum()), 'point')}")
     if voxel:
         idx = voxel_representatives(out.coord, voxel)
-        out = out.take(idx, f"voxel {voxel:g} m: {len(out):,} -> {idx.shape[0]:,} points")
+        out = out.take(idx, f"voxel {voxel:g} m: {len(out):,} -> {counted(idx.shape[0], 'point')}")
     idx = cap_indices(len(out), max_points, seed)
     if idx is not None:
         out = out.take(idx, f"capped at {max_points:,} of {len(out):,} points (random sample; "

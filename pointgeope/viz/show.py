@@ -212,7 +212,7 @@ def show_room(args) -> int:
     ansi = use_ansi()
     print("\n".join(legend_lines(room.label, room.pred, ansi=ansi, class_names=room.class_names,
                                  ignore_index=room.ignore_index,
-                                 title=f"{args.area} / {room.name}: {len(room):,} points")))
+                                 title=f"{args.area} / {room.name}: {counted(len(room), 'point')}")))
     view = prepare_view(room, hidden, args.voxel, args.max_points)
     for note in view.notes:
         print(f"note: {note}")

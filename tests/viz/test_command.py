@@ -197,6 +197,17 @@ def test_the_finest_voxel_keeps_every_point_and_one_point_is_one_point(synthetic
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"wrote {out}: 1 point coloured by gt"
 
 
+def test_a_room_thinned_to_one_point_says_one_point_in_every_line(synthetic_area, tmp_path, capsys):
+    """Before: with --voxel 1000 (the largest voxel taken) tiny_2's 4 points are one, and the note above the PLY's
+    line said "voxel 1000 m: 4 -> 1 points"."""
+    area, _ = synthetic_area
+    out = tmp_path / "v.ply"
+    assert main(["viz", str(area), "--room", "tiny_2", "--voxel", "1000", "--ply", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "note: voxel 1000 m: 4 -> 1 point" in lines and lines[-1] == f"wrote {out}: 1 point coloured by gt", lines
+    assert len(_read_ply(out)[1]) == 1
+
+
 def test_pred_without_predictions_and_an_unwritable_target_name_the_file(synthetic_area, tmp_path, capsys):
     """--pred on a file without predictions said "object 'pred' doesn't exist" (which file?); a PLY into a
     place that cannot be written named its temporary file, not the target."""

@@ -3,6 +3,7 @@ folder: one line naming it, before anything is written (it was a FileExistsError
 traceback, after the rooms before it were drawn again)."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -57,3 +58,45 @@ def test_a_room_folder_synth_did_not_write_whole_is_one_line_not_kept(tmp_path, 
     shutil.rmtree(room)
     assert cli(["synth", str(out), *ARGS]) == 0
     assert "wrote Area_2/office_1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("finished", [False, True])
+@pytest.mark.parametrize("damage", ["Annotations a file", "Annotations emptied", "room file a folder",
+                                    "one annotation removed"])
+def test_a_room_folder_that_lacks_one_of_its_files_is_one_line_not_kept(tmp_path, capsys, damage, finished):
+    """Before: a room folder holding its room file and an `Annotations` that was a file, empty or short of one
+    annotation was kept as a written room (`kept Area_2/office_1`, exit 0), or, the manifest there, the dataset
+    was "already complete; nothing to do": the raw data synth had reported lacked the room's files."""
+    out = tmp_path / "raw"
+    assert cli(["synth", str(out), *ARGS]) == 0
+    if not finished:
+        (out / "synth_manifest.json").unlink()     # an interrupted run: it resumes
+    room = out / "Area_2" / "office_1"
+    annotations = sorted(p.name for p in (room / "Annotations").iterdir())
+    if damage == "Annotations a file":
+        shutil.rmtree(room / "Annotations")
+        (room / "Annotations").write_text("mine")
+        lacks = "Annotations"
+    elif damage == "Annotations emptied":
+        for name in annotations:
+            (room / "Annotations" / name).unlink()
+        lacks = f"Annotations/.* and {len(annotations) - 1} more annotation files"
+    elif damage == "room file a folder":
+        (room / "office_1.txt").unlink()
+        (room / "office_1.txt").mkdir()
+        lacks = "office_1.txt"
+    else:
+        (room / "Annotations" / annotations[1]).unlink()
+        lacks = f"Annotations/{annotations[1]}"
+    capsys.readouterr()
+    assert cli(["synth", str(out), *ARGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.fullmatch(
+        f"pointgeope synth: error: {re.escape(str(room))}: a room folder without {lacks}, not one synth wrote "
+        r"whole; remove it \(synth writes it again\), or choose another OUT", err[0]), err
+    if damage == "Annotations emptied":
+        assert err[0].split("without Annotations/")[1].split(" ")[0] in annotations, err
+    shutil.rmtree(room)
+    assert cli(["synth", str(out), *ARGS]) == 0
+    assert "wrote Area_2/office_1" in capsys.readouterr().out
+    assert sorted(p.name for p in (room / "Annotations").iterdir()) == annotations

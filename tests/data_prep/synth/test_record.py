@@ -76,3 +76,59 @@ def test_a_damaged_manifest_is_written_anew_from_the_rooms_kept(made, tmp_path, 
     printed = capsys.readouterr().out
     assert "kept Area_1/office_1" in printed and "kept Area_2/office_1" in printed and "wrote" not in printed
     assert _files(out) == made[1]   # the very bytes of the run that made it, manifest included
+
+
+@pytest.mark.parametrize("record", [5, None, {}, {"files": ["wall_1.txt"]}])
+def test_a_manifest_whose_room_record_is_damaged_is_written_anew(made, tmp_path, capsys, record):
+    """Before: a manifest of the run's settings and rooms whose record of Area_1/office_1 was a number, or had
+    no mapping of its files, was taken for a finished run: "nothing to do", the damaged manifest left as it was."""
+    out = _copy(made, tmp_path)
+    good = json.loads((out / MANIFEST).read_text())
+    good["areas"]["Area_1"]["office_1"] = record
+    (out / MANIFEST).write_text(json.dumps(good))
+    assert cli(["synth", str(out), *ARGS]) == 0
+    assert "kept Area_1/office_1" in capsys.readouterr().out
+    assert _files(out) == made[1]
+
+
+@pytest.mark.parametrize("edit", [{"seed": "9" * 100_000}, {"seed": 1, "x" * 100_000: 1}, {"a\nb": "c\nd"}])
+def test_settings_edited_by_hand_are_said_in_one_bounded_line(made, tmp_path, capsys, edit):
+    """Before: settings that were a mapping with other values were said whole: a 100,000-character value or key
+    made a refusal line as long (the newline of a key was, and stays, one line)."""
+    out = _copy(made, tmp_path)
+    settings = json.loads((out / SETTINGS).read_text())
+    (out / SETTINGS).write_text(json.dumps({**settings, **edit}))
+    assert cli(["synth", str(out), *ARGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and len(err[0]) < 1200, (len(err), len(err[0]))
+    assert err[0].startswith(f"pointgeope synth: error: {out} was generated with other settings ("), err
+    assert err[0].endswith(" asked); remove it or choose another OUT"), err
+    assert ("characters)" in err[0]) == (len(json.dumps(edit)) > 1000), err
+
+
+def _more(counts: dict, name: str, by: int) -> dict:
+    return {**counts, name: counts[name] + by}
+
+
+@pytest.mark.parametrize("damage", ["rooms", "points", "a class", "a room's class", "a class more"])
+def test_totals_that_are_not_the_sums_of_the_rooms_are_written_anew(made, tmp_path, capsys, damage):
+    """Before: totals of the right types but other values (`"rooms": 10**30`, a class's points one more) were
+    taken for a finished run: "nothing to do", the summary printed them, the manifest left as it was."""
+    out = _copy(made, tmp_path)
+    manifest = json.loads((out / MANIFEST).read_text())
+    totals, room = manifest["totals"], manifest["areas"]["Area_1"]["office_1"]
+    if damage == "rooms":
+        totals["rooms"] = 10**30
+    elif damage == "points":
+        totals["points"] += 1
+    elif damage == "a class":
+        totals["class_counts"] = _more(totals["class_counts"], "wall", 1)
+    elif damage == "a room's class":
+        room["class_counts"] = _more(room["class_counts"], "wall", 1)
+    else:
+        totals["class_counts"]["stairs"] = 0
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    assert cli(["synth", str(out), *ARGS]) == 0
+    printed = capsys.readouterr().out
+    assert "kept Area_1/office_1" in printed and "kept Area_2/office_1" in printed and "wrote" not in printed
+    assert _files(out) == made[1]
