@@ -201,7 +201,7 @@ def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor,
     block_r, block_c, block_t = tiles(c, f64)
     rows, t = partition(r, block_r)
     k = triton_kernels()
-    sums = torch.zeros(2, c, dtype=stats.dtype, device=dev)
+    sums = torch.empty(2, c, dtype=stats.dtype, device=dev)   # grad_finish stores all of it; read only where it ran
     if batch_stats or needs[1] or needs[2]:
         partials = torch.empty(2, t, c, dtype=stats.dtype, device=dev)
         _launch(k.grad_partials, (t, -(-c // block_c)), x, g, stats, partials[0], partials[1], r, c, rows, RELU=relu,

@@ -94,3 +94,22 @@ def test_a_stage_computes_its_displacements_once(launch_count, pe):
     first = {"encoder.0.0.attention", "encoder.1.0.attention", "encoder.2.0.attention"}
     own = 2 + (5 if pe == "geope" else 0)
     assert layers == {name: own + (2 + (20 if pe == "geope" else 0) if name in first else 0) for name in layers}
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_a_norms_backward_launches_its_three_kernels_and_nothing_else(launch_count, train):
+    """``BatchNormReLU`` on the CUDA path: its backward is ``grad_partials``, ``grad_finish`` (which stores both
+    sums of every channel, ``tests/model/test_norm_buffers.py``) and ``grad_input``; no fill of the ``(2, C)`` sums
+    before the finish (a ``zeros``: a launch a norm, 105 a step of PointTransformerSeg50)."""
+    from pointgeope.model.norm import BatchNormReLU
+
+    g = torch.Generator().manual_seed(0)
+    module = BatchNormReLU(70).train(train)
+    x = torch.randn(90, 70, generator=g).requires_grad_()
+    grad = torch.randn(90, 70, generator=g)
+    counter = launch_count.LaunchCounter()
+    with launch_count.cuda_choices(), counter.triton_launches(), counter:
+        y = module(x)
+        y.backward(grad)
+    backward = {op: n for (phase, op), n in counter.ops.items() if phase == "backward"}
+    assert backward == {"triton:grad_partials": 1, "triton:grad_finish": 1, "triton:grad_input": 1}
