@@ -16,6 +16,7 @@ import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
 from pointgeope.model import kernels, norm, padding
+from tests.model.test_kernels import Failing
 
 
 @pytest.mark.parametrize("channels", [3, 70, 130])
@@ -90,3 +91,37 @@ def test_uninitialised_buffers_change_no_bit(interpreted, relu, train, dtype, fr
         got = _step(module, x, up, valid)
     assert poisoned.made >= 2                      # statistics and the output's or sums' buffers came from here
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_the_kernel_path_counts_batches_as_torch(interpreted, relu, momentum):
+    """``num_batches_tracked`` (the kernel adds the batch in ``normalize``, or the module with ``momentum=None``,
+    whose step is read from it first): after three training batches and an evaluation, the state dict is torch's
+    ``BatchNorm1d``'s (keys, the count exactly, the running buffers to rounding)."""
+    g = torch.Generator().manual_seed(4)
+    ours = (norm.BatchNormReLU if relu else norm.BatchNorm)(20, momentum=momentum)
+    theirs = torch.nn.BatchNorm1d(20, momentum=momentum)
+    for train in (True, True, True, False):
+        ours.train(train), theirs.train(train)
+        x = torch.randn(50, 20, generator=g) * 2 + 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", kernels.KernelFallbackWarning)
+            ours(x)
+        theirs(x)
+    got, want = ours.state_dict(), theirs.state_dict()
+    assert list(got) == list(want)
+    assert got["num_batches_tracked"].dtype == torch.int64 and int(got["num_batches_tracked"]) == 3
+    for name in ("running_mean", "running_var"):
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6)
+
+
+def test_a_failing_last_kernel_counts_the_batch_once(interpreted):
+    """``normalize`` fails (the statistics ran): the torch path answers and counts the batch, once."""
+    interpreted.setattr(norm.triton_kernels(), "normalize", Failing(RuntimeError("PassManager::run failed (injected)")))
+    module = norm.BatchNormReLU(7).train()
+    with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
+        module(torch.randn(40, 7))
+    assert int(module.num_batches_tracked) == 1
+    module(torch.randn(40, 7))                                      # the torch path from now on
+    assert int(module.num_batches_tracked) == 2
