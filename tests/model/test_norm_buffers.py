@@ -93,18 +93,24 @@ def test_uninitialised_buffers_change_no_bit(interpreted, relu, train, dtype, fr
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("relu", [True, False])
 @pytest.mark.parametrize("momentum", [0.1, None])
-def test_the_kernel_path_counts_batches_as_torch(interpreted, relu, momentum):
+def test_the_kernel_path_counts_batches_as_torch(interpreted, relu, momentum, device):
     """``num_batches_tracked`` (the kernel adds the batch in ``normalize``, or the module with ``momentum=None``,
     whose step is read from it first): after three training batches and an evaluation, the state dict is torch's
-    ``BatchNorm1d``'s (keys, the count exactly, the running buffers to rounding)."""
+    ``BatchNorm1d``'s (keys, the count exactly, the running buffers to rounding). On CUDA the compiled kernels."""
+    if device == "cuda":
+        interpreted.setenv("TRITON_INTERPRET", "0")
     g = torch.Generator().manual_seed(4)
-    ours = (norm.BatchNormReLU if relu else norm.BatchNorm)(20, momentum=momentum)
-    theirs = torch.nn.BatchNorm1d(20, momentum=momentum)
+    ours = (norm.BatchNormReLU if relu else norm.BatchNorm)(20, momentum=momentum).to(device)
+    theirs = torch.nn.BatchNorm1d(20, momentum=momentum).to(device)
     for train in (True, True, True, False):
         ours.train(train), theirs.train(train)
-        x = torch.randn(50, 20, generator=g) * 2 + 1
+        x = (torch.randn(50, 20, generator=g) * 2 + 1).to(device)
         with warnings.catch_warnings():
             warnings.simplefilter("error", kernels.KernelFallbackWarning)
             ours(x)
