@@ -46,7 +46,7 @@ from pointgeope.model.ops import gather
 from pointgeope.model.ops.checks import check_count
 from pointgeope.model.rope import axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame, pointrope_table
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
-from pointgeope.model.stage_memo import displacements
+from pointgeope.model.stage_memo import displacements, int64
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "options_read",
            "options_for", "frequency_keys", "pair_frequencies"]
@@ -311,7 +311,7 @@ class PointTransformerLayer(nn.Module):
             raise ValueError(f"expected coord of shape ({feat.shape[0]}, 3), got {tuple(coord.shape)}")
         if idx.dim() != 2 or idx.shape[0] != feat.shape[0]:
             raise ValueError(f"expected idx of shape ({feat.shape[0]}, k), got {tuple(idx.shape)}")
-        idx = idx.long()               # an int32 kNN of one's own: the kernels take int64 (a no-op on the kNN's)
+        idx = int64(idx)                 # an int32 kNN of one's own: the kernels take int64 (once a stage)
         n, k, c = feat.shape[0], idx.shape[1], self.channels
         q, key, value = self.linear_q(feat), self.linear_k(feat), self.linear_v(feat)
         if self.pe.absolute:                                                     # APE: q_i + e(p_i), k_j + e(p_j)

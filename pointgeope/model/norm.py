@@ -108,18 +108,23 @@ def _launch(kernel, grid: tuple[int, ...], *args, device: torch.device, **meta) 
 
 def plain_reference(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
                     running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float,
-                    valid: Tensor | None = None) -> Tensor:
+                    valid: Tensor | None = None, count: Tensor | None = None) -> Tensor:
     """torch's ``batch_norm(x)`` with ``F.batch_norm``'s arguments: the plain norm's torch path and fallback;
-    with ``valid`` (a padded batch's real rows) the statistics of those rows (:func:`prefix_batch_norm`)."""
+    with ``valid`` (a padded batch's real rows) the statistics of those rows (:func:`prefix_batch_norm`);
+    ``count`` (a module's ``num_batches_tracked``, which the kernel path counts in ``normalize``) plus one."""
+    if count is not None:
+        count.add_(1)
     if valid is not None:
         return prefix_batch_norm(x, valid, weight, bias, running_mean, running_var, momentum, eps)
     return F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps)
 
 
 def reference(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
-              batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None) -> Tensor:
+              batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None,
+              count: Tensor | None = None) -> Tensor:
     """torch's ``relu(batch_norm(x))``, :func:`plain_reference` and ``relu_``: the torch path and the fallback."""
-    return torch.relu_(plain_reference(x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid))
+    return torch.relu_(plain_reference(x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid,
+                                       count))
 
 
 def _statistics(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
@@ -160,7 +165,7 @@ class _FusedBatchNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
                 running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float,
-                valid: Tensor | None, relu: bool) -> Tensor:
+                valid: Tensor | None, relu: bool, count: Tensor | None = None) -> Tensor:
         x = x.contiguous()
         (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
         stats = _statistics(x, weight, bias, running_mean, running_var, batch_stats, eps,
@@ -169,8 +174,9 @@ class _FusedBatchNorm(torch.autograd.Function):
         block_r, block_c, _ = tiles(c, f64)
         y = torch.empty_like(x)
         _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y,
-                running_mean if update else stats, running_var if update else stats, r, c, momentum,
-                UPDATE=update, RELU=relu, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
+                running_mean if update else stats, running_var if update else stats, stats if count is None else count,
+                r, c, momentum, UPDATE=update, COUNT=count is not None, RELU=relu, F64=f64, BLOCK_R=block_r,
+                BLOCK_C=block_c, device=x.device)
         ctx.save_for_backward(x, weight, bias, stats, valid)
         ctx.batch_stats, ctx.eps, ctx.relu = batch_stats, eps, relu
         return y
@@ -190,7 +196,7 @@ class _FusedBatchNorm(torch.autograd.Function):
                                                             valid, relu),
                                 lambda: torch_grads(torch_path, [x, weight, bias], needs, g),
                                 decided=True)       # this forward ran Triton: the backward follows it
-        return (*grads, None, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None, None)
 
 
 def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor, batch_stats: bool,
@@ -201,7 +207,7 @@ def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor,
     block_r, block_c, block_t = tiles(c, f64)
     rows, t = partition(r, block_r)
     k = triton_kernels()
-    sums = torch.zeros(2, c, dtype=stats.dtype, device=dev)
+    sums = torch.empty(2, c, dtype=stats.dtype, device=dev)   # grad_finish stores all of it; read only where it ran
     if batch_stats or needs[1] or needs[2]:
         partials = torch.empty(2, t, c, dtype=stats.dtype, device=dev)
         _launch(k.grad_partials, (t, -(-c // block_c)), x, g, stats, partials[0], partials[1], r, c, rows, RELU=relu,
@@ -267,12 +273,13 @@ class BatchNorm(nn.BatchNorm1d):
         if cumulative or not (kernel.enabled(x.device) and kernel_takes(x, self.weight, self.bias, batch_stats)):
             y = self._torch_forward(x, valid)
             return torch.relu_(y) if self.relu else y
-        factor = self._factor()
+        count = self.num_batches_tracked if self.momentum is not None and self._counts() else None
+        factor = self._factor() if count is None else self.momentum      # count: + 1 in the kernel (or its fallback)
         if isinstance(factor, Tensor):
             factor = float(factor)
         keep = not self.training or self.track_running_stats
         return kernel(x.device, x, self.weight, self.bias, self.running_mean if keep else None,
-                      self.running_var if keep else None, batch_stats, factor, self.eps, valid)
+                      self.running_var if keep else None, batch_stats, factor, self.eps, valid, count)
 
     def _torch_forward(self, x: Tensor, valid: Tensor | None) -> Tensor:
         """torch's ``BatchNorm1d.forward``, or with ``valid`` (a padded batch in training) the statistics of
@@ -287,11 +294,15 @@ class BatchNorm(nn.BatchNorm1d):
         """The running buffers' step, counting this batch (as torch's ``_BatchNorm.forward``): ``momentum``, or
         ``1 / num_batches_tracked`` (a tensor: no host read) for a cumulative average."""
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+        if self._counts():
             self.num_batches_tracked.add_(1)
             if self.momentum is None:
                 factor = 1.0 / self.num_batches_tracked
         return factor
+
+    def _counts(self) -> bool:
+        """Whether this forward counts a batch in ``num_batches_tracked`` (as torch's ``_BatchNorm.forward``)."""
+        return self.training and self.track_running_stats and self.num_batches_tracked is not None
 
 
 class BatchNormReLU(BatchNorm):
@@ -334,9 +345,10 @@ def _fused(relu: bool):
     """The Triton function of the norm with (``relu``) or without its ReLU: ``F.batch_norm``'s arguments and
     ``valid``, by :class:`_FusedBatchNorm`."""
     def run(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
-            batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None) -> Tensor:
+            batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None,
+            count: Tensor | None = None) -> Tensor:
         return _FusedBatchNorm.apply(x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid,
-                                     relu)
+                                     relu, count)
     return run
 
 

@@ -22,8 +22,8 @@ The mean and variance are combined by Chan's formula (count ``n``, mean ``m``, c
 
 so no ``E[x^2] - E[x]^2`` cancels. The statistics live in one ``(5, C)`` buffer: rows mean, invstd, scale,
 shift and the unbiased variance ``M2 / (R - 1)`` (for the running variance). The running buffers change in
-the last launch (:func:`normalize`, its first row block), so a kernel that fails to compile or launch
-leaves them for the torch path that replaces it.
+the last launch (:func:`normalize`, its first row block; so does the module's batch count), so a kernel that
+fails to compile or launch leaves them for the torch path that replaces it.
 
 As ``triton_attention.py``: decorated in the mode ``TRITON_INTERPRET`` asks for at import (``INTERPRET``;
 ``norm.triton_kernels`` reloads), sums by ``tl.reduce`` with ``triton_attention``'s combine function ``_add``
@@ -127,11 +127,13 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, valid
 
 
 @triton.jit
-def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, R, C, momentum, UPDATE: tl.constexpr, RELU: tl.constexpr,
-              F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, count_ptr, R, C, momentum, UPDATE: tl.constexpr,
+              COUNT: tl.constexpr, RELU: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr,
+              BLOCK_C: tl.constexpr):
     """Program (r, b): ``y = max(0, x scale + shift)`` (``RELU``, else ``x scale + shift``) on its
     ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s type; with ``UPDATE`` the programs of row block 0 also move the
-    running buffers by ``momentum`` towards the batch's mean and unbiased variance."""
+    running buffers by ``momentum`` towards the batch's mean and unbiased variance; with ``COUNT`` program (0, 0)
+    adds one to the int64 at ``count_ptr`` (the module's ``num_batches_tracked``: no launch of its own)."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -154,6 +156,10 @@ def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, R, C, momentum, UPDATE: tl
             tl.store(rm_ptr + cols, ((1.0 - momentum) * rm + momentum * mean).to(rm_ptr.dtype.element_ty), mask=cmask)
             tl.store(rv_ptr + cols, ((1.0 - momentum) * rv + momentum * unbiased).to(rv_ptr.dtype.element_ty),
                      mask=cmask)
+    if COUNT:
+        if tl.program_id(0) == 0:
+            if tl.program_id(1) == 0:
+                tl.store(count_ptr, tl.load(count_ptr) + 1)
 
 
 @triton.jit

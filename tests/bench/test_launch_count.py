@@ -94,3 +94,37 @@ def test_a_stage_computes_its_displacements_once(launch_count, pe):
     first = {"encoder.0.0.attention", "encoder.1.0.attention", "encoder.2.0.attention"}
     own = 2 + (5 if pe == "geope" else 0)
     assert layers == {name: own + (2 + (20 if pe == "geope" else 0) if name in first else 0) for name in layers}
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_a_norms_backward_launches_its_three_kernels_and_nothing_else(launch_count, train):
+    """``BatchNormReLU`` on the CUDA path: its backward is ``grad_partials``, ``grad_finish`` (which stores both
+    sums of every channel, ``tests/model/test_norm_buffers.py``) and ``grad_input``; no fill of the ``(2, C)`` sums
+    before the finish (a ``zeros``: a launch a norm, 105 a step of PointTransformerSeg50)."""
+    from pointgeope.model.norm import BatchNormReLU
+
+    g = torch.Generator().manual_seed(0)
+    module = BatchNormReLU(70).train(train)
+    x = torch.randn(90, 70, generator=g).requires_grad_()
+    grad = torch.randn(90, 70, generator=g)
+    counter = launch_count.LaunchCounter()
+    with launch_count.cuda_choices(), counter.triton_launches(), counter:
+        y = module(x)
+        y.backward(grad)
+    backward = {op: n for (phase, op), n in counter.ops.items() if phase == "backward"}
+    assert backward == {"triton:grad_partials": 1, "triton:grad_finish": 1, "triton:grad_input": 1}
+
+
+def test_a_norms_forward_counts_its_batch_in_its_last_kernel(launch_count):
+    """``BatchNormReLU``'s training forward on the CUDA path: ``stats_partials``, ``stats_finish`` and ``normalize``,
+    which also adds the batch to ``num_batches_tracked`` (an ``add_`` of its own was a launch a norm: 105 a step
+    of PointTransformerSeg50); the count still moves, as torch's."""
+    from pointgeope.model.norm import BatchNormReLU
+
+    module = BatchNormReLU(70).train()
+    x = torch.randn(90, 70, generator=torch.Generator().manual_seed(0))
+    counter = launch_count.LaunchCounter()
+    with launch_count.cuda_choices(), counter.triton_launches(), counter:
+        module(x)
+    assert dict(counter.ops) == {("forward", f"triton:{k}"): 1 for k in ("stats_partials", "stats_finish", "normalize")}
+    assert int(module.num_batches_tracked) == 1

@@ -102,3 +102,29 @@ def test_the_layers_of_a_stage_share_displacements_and_nothing_changes(pe, monke
     assert all(torch.equal(a, b) for a, b in zip(shared_grads, alone_grads, strict=True))
     layers = sum(len(blocks) for blocks in (*model.encoder, *model.decoder))
     assert (shared_built, alone_built) == (3, layers)          # one per stage (3 stages) against one per layer
+
+
+def test_an_int32_hierarchy_shares_as_an_int64_one(monkeypatch):
+    """Neighbour lists of one's own in int32 (the layers take int64): one int64 copy and one displacement tensor a
+    stage, as with the kNN's int64 lists, and the same logits; each layer's own copy was a new memo key, so every
+    layer built (and the memo kept until the forward's end) its own."""
+    import dataclasses
+
+    built = []
+    own = stage_memo.memoized
+
+    def counted(tag, inputs, build):
+        return own(tag, inputs, lambda: built.append(tag) or build())
+
+    monkeypatch.setattr(stage_memo, "memoized", counted)
+    coord, feat, offset = _batch()
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe="rpe", **TINY).eval()
+    wide = model.hierarchy_spec(coord, offset.tolist())
+    narrow = dataclasses.replace(wide, neighbours=tuple(n.int() for n in wide.neighbours))
+    with torch.no_grad():
+        want = model(coord, feat, offset, hierarchy=wide)
+        built.clear()
+        got = model(coord, feat, offset, hierarchy=narrow)
+    assert torch.equal(got, want)
+    assert built.count("displacements") == 3                   # one per stage (3 stages), not one per layer (7)

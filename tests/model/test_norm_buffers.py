@@ -1,0 +1,133 @@
+"""Tests of the buffers pointgeope/model/norm.py hands its Triton kernels uninitialised (``torch.empty``: no fill
+launched): the statistics ``(5, C)``, the partials ``(2, T, C)`` and the backward's sums ``(2, C)``. Each is
+stored in full by the kernel that fills it before any kernel reads it, or not read at all (fixed statistics and
+no parameter gradient: the sums), so whatever memory they get, the results are the same bits. Checked by the
+finishing kernel's stores on a buffer of NaN, and by every path of the modules (training and eval, with and
+without ReLU, float32, float64 and bfloat16 rows, frozen parameters, a padded batch's real rows) with every
+``torch.empty`` of norm.py filled with NaN, against the same module on fresh memory, under the interpreter."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
+from pointgeope.model import kernels, norm, padding
+from tests.model.test_kernels import Failing
+
+
+@pytest.mark.parametrize("channels", [3, 70, 130])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_grad_finish_stores_both_sums_of_every_channel(interpreted, channels, dtype):
+    """Channels no multiple of the tile and several channel tiles, more partials than one step of the kernel
+    takes: each of the ``2 C`` sums is the sum of its ``T`` partials, none left as the buffer held it (NaN)."""
+    f64 = dtype == torch.float64
+    _, block_c, block_t = norm.tiles(channels, f64)
+    t = 2 * block_t + 3
+    partials = torch.randn(2, t, channels, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    sums = torch.full((2, channels), float("nan"), dtype=dtype)
+    norm._launch(norm.triton_kernels().grad_finish, (-(-channels // block_c),), partials[0], partials[1], sums,
+                 channels, t, F64=f64, BLOCK_T=block_t, BLOCK_C=block_c, device=sums.device)
+    assert not sums.isnan().any()
+    tol = 1e-12 if f64 else 1e-5
+    torch.testing.assert_close(sums, partials.sum(1), rtol=tol, atol=tol)
+
+
+class _Poisoned:
+    """norm.py's ``torch`` with ``empty`` giving NaN-filled floating point memory (``made`` counts them)."""
+
+    def __init__(self):
+        self.made = 0
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def empty(self, *size, **kwargs):
+        out = torch.empty(*size, **kwargs)
+        self.made += 1
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+
+def _step(module: norm.BatchNorm, x: torch.Tensor, g: torch.Tensor, valid: int | None) -> list[torch.Tensor]:
+    """Output, the gradients that are asked for and the module's buffers after one forward and backward."""
+    x = x.detach().requires_grad_()
+    rows = padding.batch_rows({x.shape[0]: torch.tensor(valid)}) if valid is not None else contextlib.nullcontext()
+    with rows:
+        y = module(x)
+    y.backward(g.to(y.dtype))
+    grads = [t.grad for t in (x, module.weight, module.bias) if t.requires_grad]
+    return [y.detach(), *grads, *module.buffers()]
+
+
+CASES = [(relu, train, dtype, False, None) for relu in (True, False) for train in (True, False)
+         for dtype in (torch.float32, torch.float64, torch.bfloat16)]
+CASES += [(relu, False, torch.float32, True, None) for relu in (True, False)]      # no sums: the finish not run
+CASES += [(relu, True, torch.float32, False, 41) for relu in (True, False)]        # a padded batch's real rows
+
+
+@pytest.mark.parametrize("relu, train, dtype, frozen, valid", CASES)
+def test_uninitialised_buffers_change_no_bit(interpreted, relu, train, dtype, frozen, valid):
+    g = torch.Generator().manual_seed(3)
+    cls = norm.BatchNormReLU if relu else norm.BatchNorm
+    module = cls(70).train(train)
+    module = module.double() if dtype == torch.float64 else module
+    with torch.no_grad():
+        module.weight.copy_(torch.rand(70, generator=g) + 0.5)
+        module.bias.copy_(torch.randn(70, generator=g))
+        module.running_mean.copy_(torch.randn(70, generator=g))
+        module.running_var.copy_(torch.rand(70, generator=g) + 0.5)
+    module.requires_grad_(not frozen)
+    x = (torch.randn(77, 70, generator=g, dtype=torch.float64) * 2 + 0.5).to(dtype)
+    up = torch.randn(77, 70, generator=g, dtype=torch.float64)
+    twin = copy.deepcopy(module)
+    poisoned = _Poisoned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", kernels.KernelFallbackWarning)          # the kernels ran, no fallback
+        want = _step(twin, x, up, valid)
+        interpreted.setattr(norm, "torch", poisoned)
+        got = _step(module, x, up, valid)
+    assert poisoned.made >= 2                      # statistics and the output's or sums' buffers came from here
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_the_kernel_path_counts_batches_as_torch(interpreted, relu, momentum, device):
+    """``num_batches_tracked`` (the kernel adds the batch in ``normalize``, or the module with ``momentum=None``,
+    whose step is read from it first): after three training batches and an evaluation, the state dict is torch's
+    ``BatchNorm1d``'s (keys, the count exactly, the running buffers to rounding). On CUDA the compiled kernels."""
+    if device == "cuda":
+        interpreted.setenv("TRITON_INTERPRET", "0")
+    g = torch.Generator().manual_seed(4)
+    ours = (norm.BatchNormReLU if relu else norm.BatchNorm)(20, momentum=momentum).to(device)
+    theirs = torch.nn.BatchNorm1d(20, momentum=momentum).to(device)
+    for train in (True, True, True, False):
+        ours.train(train), theirs.train(train)
+        x = (torch.randn(50, 20, generator=g) * 2 + 1).to(device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", kernels.KernelFallbackWarning)
+            ours(x)
+        theirs(x)
+    got, want = ours.state_dict(), theirs.state_dict()
+    assert list(got) == list(want)
+    assert got["num_batches_tracked"].dtype == torch.int64 and int(got["num_batches_tracked"]) == 3
+    for name in ("running_mean", "running_var"):
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6)
+
+
+def test_a_failing_last_kernel_counts_the_batch_once(interpreted):
+    """``normalize`` fails (the statistics ran): the torch path answers and counts the batch, once."""
+    interpreted.setattr(norm.triton_kernels(), "normalize", Failing(RuntimeError("PassManager::run failed (injected)")))
+    module = norm.BatchNormReLU(7).train()
+    with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
+        module(torch.randn(40, 7))
+    assert int(module.num_batches_tracked) == 1
+    module(torch.randn(40, 7))                                      # the torch path from now on
+    assert int(module.num_batches_tracked) == 2
