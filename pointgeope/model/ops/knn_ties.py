@@ -60,7 +60,7 @@ def exact_knn(candidates: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarr
     """The ``k`` first support rows of each query in the order of ``(d2, row)``, and their ``d2``.
 
     Args:
-        candidates: ``candidates(q_rows, m)`` -> ``(idx (R, m) int64, t (R, m))``: a tree's ``m`` nearest
+        candidates: ``candidates(q_rows, m)`` -> ``(idx (R, m) integers, t (R, m))``: a tree's ``m`` nearest
             support rows of each query of ``q_rows`` by its distance ``t`` (squared), sorted by ``t``.
         brute: ``brute(q_rows)`` -> ``(idx (R, k), d2 (R, k))``: the definition's result by brute force.
         q: ``(M, 3)`` queries, ``s``: ``(n, 3)`` support points, one float dtype (float32 or float64).
@@ -100,9 +100,12 @@ def _rounds(candidates, q, s, k, rows, idx_out, d2_out, groups) -> np.ndarray:
             cand, t = candidates(sub, m)
             if groups is None and numba is None:
                 idx, d2, done = _rank(sub, s, cand, t, k, complete=m == n)
+                idx_out[part], d2_out[part] = idx, d2
+            elif sub is q:                  # every row (``part`` is ``arange``): written in place, no copy
+                done = _rank_numba(sub, s, cand, t, k, m == n, groups, idx_out, d2_out)[2]
             else:
                 idx, d2, done = _rank_numba(sub, s, cand, t, k, m == n, groups)
-            idx_out[part], d2_out[part] = idx, d2
+                idx_out[part], d2_out[part] = idx, d2
             pending.append(part[~done])
         rows = np.concatenate(pending)
         m = min(n, 2 * m)
@@ -142,11 +145,12 @@ def _margins(dtype) -> tuple[float, float]:
 
 
 def _rank_numba(q: np.ndarray, s: np.ndarray, cand: np.ndarray, t: np.ndarray, k: int,
-                complete: bool, groups=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                complete: bool, groups=None, idx=None, d2=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_rank` compiled: one pass a row, the ``k`` first kept sorted by insertion (4x faster than the
     numpy sort at ``k = 16`` here); ``groups`` as in :func:`_rounds`, each distinct point's rows inserted
-    in ascending order, at most ``k`` of them."""
-    idx, d2 = np.empty((len(q), k), np.int64), np.empty((len(q), k), q.dtype)
+    in ascending order, at most ``k`` of them; written into ``idx``, ``d2`` where given."""
+    if idx is None:
+        idx, d2 = np.empty((len(q), k), np.int64), np.empty((len(q), k), q.dtype)
     done = np.empty(len(q), np.bool_)
     members, starts, sizes = groups if groups is not None else (None, None, None)
     _kernel(q, s, cand, t, k, complete, *_margins(q.dtype), members, starts, sizes, idx, d2, done)
@@ -162,7 +166,7 @@ def _rows_kernel(q, s, cand, t, k, complete, rel, absolute, members, starts, siz
     for i in range(q.shape[0]):
         filled = 0
         for c in range(cand.shape[1]):
-            u = cand[i, c]
+            u = np.int64(cand[i, c])
             dx, dy, dz = q[i, 0] - s[u, 0], q[i, 1] - s[u, 1], q[i, 2] - s[u, 2]
             v = (dx * dx + dy * dy) + dz * dz
             lo, hi = u, u + 1
