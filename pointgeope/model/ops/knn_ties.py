@@ -20,7 +20,7 @@ far child (``B - bd^2 + no^2``), so each far step on the path adds up to about `
 hundreds only for a pathological cloud). So every point the tree left out has ``d2 > d2_k``, the ``k``-th kept
 value, whenever ``d2_k < t_m (1 - _MARGIN u) - _MARGIN s`` (``s`` the smallest subnormal): ``_MARGIN = 4096``
 covers ``L`` up to 680 far steps; a row of a scan without exact ties is that far from its ``(k + 1)``-th
-distance almost always (0.03-0.35 % of the rows of an 80k room are not, for ``k`` = 3, 8, 16; scipy ranks
+distance almost always (0.08-0.35 % of the rows of an 80k room are not, for ``k`` = 3, 8, 16; scipy ranks
 float32 points in float64, whose error is far below). A row that fails the test (a tie or a near tie at the
 boundary: duplicated points, a lattice, centimetre-rounded scans) is asked again with twice the candidates, up
 to the cloud's ``n`` points, where every point is a candidate and the row is exact. Rows still open after
