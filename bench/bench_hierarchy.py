@@ -138,8 +138,11 @@ def _any_ties():
     """The CPU trees' ``k`` nearest as the tree gives them (ties in its order, either point at a k-th tie)."""
     module = sys.modules["pointgeope.model.ops.knn"]
     saved = module._exact
+    def rows(candidates, k: int, q):
+        idx, dist2 = candidates(q, k)
+        return idx.astype("int64"), dist2                     # as the trees' own answer was returned
     module._exact = lambda candidates, _tree, query, _support, k: module._in_morton_order(
-        lambda q: candidates(q, k), query)
+        functools.partial(rows, candidates, k), query)
     try:
         yield
     finally:

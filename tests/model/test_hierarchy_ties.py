@@ -115,3 +115,40 @@ def test_the_loaders_hierarchy_equals_the_triton_one_bit_for_bit():
     want = spec(coord, offset)
     got = dataclasses.replace(spec, backends=OpsBackends("triton", "triton"))(coord.to(device), offset.to(device))
     _assert_same_hierarchy(got, want)
+
+
+def test_a_tree_whose_distances_are_off_by_hundreds_of_roundoffs_still_gives_the_definition():
+    """``knn_ties.exact_knn`` with a tree that prunes by box distances up to 600 units of float32 roundoff above the
+    points' (what pykdtree's incremental box distances may reach after ~100 far steps: the module docstring's
+    bound) and returns its candidates' own distances, so a point of a near tie may be left out. Points on
+    shells around each query whose squared distances differ by ~30 roundoffs: before, a 64-roundoff margin
+    settled rows that such a tree had left a nearer point out of; now they are asked again (the brute force is
+    the numpy reference here)."""
+    from pointgeope.model.ops import knn_ties
+
+    rng = np.random.default_rng(9)
+    u = 2.0 ** -24
+    direction = rng.normal(size=(3000, 3))
+    radius = 1.0 + rng.integers(0, 40, 3000) * 16 * u         # |s|^2 steps of ~32u, 40 of them
+    support = (direction / np.linalg.norm(direction, axis=1, keepdims=True) * radius[:, None]).astype(np.float32)
+    query = np.zeros((40, 3), np.float32) + rng.integers(-2, 3, (40, 3)).astype(np.float32) * np.float32(1e-7)
+    inflation = 1.0 + rng.uniform(0, 600, (len(query), len(support))) * u
+
+    def candidates(q_rows: np.ndarray, m: int):
+        """The ``m`` first by a box distance up to 600u above ``D`` (what prunes), with their own ``D``."""
+        rows = np.array([np.flatnonzero((query == r).all(1))[0] for r in q_rows])
+        exact = ((q_rows[:, None, :].astype(np.float64) - support[None].astype(np.float64)) ** 2).sum(-1)
+        idx = np.argsort(exact * inflation[rows], axis=1, kind="stable")[:, :m]
+        t = np.take_along_axis(exact, idx, 1).astype(np.float32)
+        by_t = np.argsort(t, axis=1, kind="stable")
+        return np.take_along_axis(idx, by_t, 1), np.take_along_axis(t, by_t, 1)
+
+    def reference(q_rows: np.ndarray, k: int):
+        return reference_knn(torch.from_numpy(q_rows), torch.from_numpy(support), k, torch.tensor([len(q_rows)]),
+                             torch.tensor([len(support)]))
+
+    for k in (1, 3, 8):
+        idx, d2 = knn_ties.exact_knn(candidates, lambda q_rows, k=k: reference(q_rows, k), query, support, k)
+        want_idx, want_d = reference(query, k)
+        np.testing.assert_array_equal(idx, want_idx)
+        np.testing.assert_array_equal(d2.astype(np.float64), want_d)

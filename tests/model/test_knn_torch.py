@@ -85,7 +85,7 @@ def test_the_chunk_size_does_not_change_the_result(monkeypatch, pairs):
 @pytest.mark.skipif(not backends.available("pykdtree"), reason="pykdtree is not installed")
 def test_agrees_with_pykdtree_in_indices_and_order_without_ties():
     """pykdtree's float32 distances are the same expression; without exact ties in distance its neighbours
-    and their order are the same. (Where distances tie, pykdtree's order is its tree's, not the smaller row.)"""
+    and their order are the same. (Where distances tie, too: test_hierarchy_ties.py.)"""
     g = torch.Generator().manual_seed(5)
     random = torch.rand(700, 3, generator=g) * torch.tensor([4.0, 3.0, 2.5])
     points = torch.cat([_far_object(), random])

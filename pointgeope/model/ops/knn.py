@@ -199,7 +199,7 @@ def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray,
     def candidates_of(tree):
         def candidates(q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
             dist2, idx = tree.query(q, k=m, sqr_dists=True)
-            return idx.reshape(-1, m).astype(np.int64), dist2.reshape(-1, m)
+            return idx.reshape(-1, m), dist2.reshape(-1, m)          # uint32 rows: knn_ties reads them as they are
         return candidates
     tree = _once("pykdtree", support, lambda: KDTree(_numpy(support)))
     return _exact(candidates_of(tree), lambda points: candidates_of(KDTree(points)), query, support, k)

@@ -9,24 +9,28 @@ arithmetic (numba without ``fastmath``, or numpy where numba is missing: no fuse
 keeps the first ``k`` in the order of ``(d2, row)`` -- the definition's result, provided no point beyond the
 candidates could rank among those ``k``.
 
-**When the candidates suffice.** Let ``D`` be a point's exact squared distance, ``u`` the unit roundoff of
-the coordinates' dtype (``2^-24`` for float32). The defined ``d2`` is five rounded operations on exact data:
-``d2 >= D (1 - 5u)`` (less ``5 * 2^-150`` absolute where squares underflow). The tree's ``t`` is within a few
-``u`` of ``D`` the same way, and so are the box distances it prunes with: every point it did not return has
-``D >= t_m (1 - c u)``, ``t_m`` the ``m``-th (last) candidate's ``t``, ``c`` a few units. So every such point
-has ``d2 > d2_k``, the ``k``-th kept value, whenever ``d2_k < t_m (1 - 64u) - 64 s`` (``s`` the smallest
-subnormal): ``64u`` covers ``5u + c u`` with room to spare. A row that fails the test (a tie or a near tie
-at the boundary: duplicated points, a lattice, centimetre-rounded scans) is asked again with twice the
-candidates, up to the cloud's ``n`` points, where every point is a candidate and the row is exact. One
-candidate more than ``k`` settles every row of a scan without exact ties (the gap between the ``k``-th and
-``(k + 1)``-th distances is far above ``64u``). Rows still open after ``_ROUNDS`` doublings are a point repeated
-more often than that (a resampled scan can hold one point thousands of times; a tree asked for thousands of
-neighbours per query costs quadratic time in pykdtree's sorted insertion): they are asked again of a tree
-over the distinct points, each candidate standing for its rows, of which the ``k`` smallest can be kept (one
-``d2`` for all). The same test settles them (``t_m`` now of the distinct points). What remains (or every
-open row without numba) goes to a brute force of the same definition, ``n`` distances a row. On a real
-resampled S3DIS office (80k points, one of them 17k times): 1 s a kNN against pykdtree's 0.25 s; a
-training crop, one point per voxel, has no duplicates.
+**When the candidates suffice.** Let ``D`` be a point's exact squared distance, ``u`` the unit roundoff of the
+coordinates' dtype (``2^-24`` for float32). The defined ``d2`` is five rounded operations on exact data: ``d2
+>= D (1 - 5u)`` (less ``5 * 2^-150`` absolute where squares underflow). The tree's ``t`` of a point it visited
+is within ``5u`` of ``D`` the same way, so a visited point it did not return has ``D >= t_m (1 - 5u)``,
+``t_m`` the ``m``-th (last) candidate's ``t``. A point it pruned lies in a box whose distance the tree bounded
+by ``t_m`` or more; pykdtree (like scipy's cKDTree) updates that box distance incrementally on each step to a
+far child (``B - bd^2 + no^2``), so each far step on the path adds up to about ``6u B`` of rounding error: ``D
+>= t_m (1 - (5 + 6L) u)`` after ``L`` far steps (at most the tree's depth: about ``log2(n / 16)`` for a scan,
+hundreds only for a pathological cloud). So every point the tree left out has ``d2 > d2_k``, the ``k``-th kept
+value, whenever ``d2_k < t_m (1 - _MARGIN u) - _MARGIN s`` (``s`` the smallest subnormal): ``_MARGIN = 4096``
+covers ``L`` up to 680 far steps; a row of a scan without exact ties is that far from its ``(k + 1)``-th
+distance almost always (0.08-0.35 % of the rows of an 80k room are not, for ``k`` = 3, 8, 16; scipy ranks
+float32 points in float64, whose error is far below). A row that fails the test (a tie or a near tie at the
+boundary: duplicated points, a lattice, centimetre-rounded scans) is asked again with twice the candidates, up
+to the cloud's ``n`` points, where every point is a candidate and the row is exact. Rows still open after
+``_ROUNDS`` doublings are a point repeated more often than that (a resampled scan can hold one point thousands
+of times; a tree asked for thousands of neighbours per query costs quadratic time in pykdtree's sorted
+insertion): they are asked again of a tree over the distinct points, each candidate standing for its rows, of
+which the ``k`` smallest can be kept (one ``d2`` for all). The same test settles them (``t_m`` now of the
+distinct points). What remains (or every open row without numba) goes to a brute force of the same definition,
+``n`` distances a row. On a real resampled S3DIS office (80k points, one of them 17k times): 1 s a kNN against
+pykdtree's 0.25 s; a training crop, one point per voxel, has no duplicates.
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ __all__ = ["exact_knn"]
 # Rows asked again at once: at most this many candidate entries (rows x m), so a cloud of many duplicates
 # (m growing to thousands) does not allocate (M, m) arrays at once.
 _ENTRIES = 1 << 22
+# The settle test's margin, in units of the dtype's roundoff (module docstring).
+_MARGIN = 4096
 # Candidates asked for at most ``(k + 1) * 2^_ROUNDS``; rows open beyond go to the brute force.
 _ROUNDS = 3
 
@@ -54,7 +60,7 @@ def exact_knn(candidates: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarr
     """The ``k`` first support rows of each query in the order of ``(d2, row)``, and their ``d2``.
 
     Args:
-        candidates: ``candidates(q_rows, m)`` -> ``(idx (R, m) int64, t (R, m))``: a tree's ``m`` nearest
+        candidates: ``candidates(q_rows, m)`` -> ``(idx (R, m) integers, t (R, m))``: a tree's ``m`` nearest
             support rows of each query of ``q_rows`` by its distance ``t`` (squared), sorted by ``t``.
         brute: ``brute(q_rows)`` -> ``(idx (R, k), d2 (R, k))``: the definition's result by brute force.
         q: ``(M, 3)`` queries, ``s``: ``(n, 3)`` support points, one float dtype (float32 or float64).
@@ -94,9 +100,12 @@ def _rounds(candidates, q, s, k, rows, idx_out, d2_out, groups) -> np.ndarray:
             cand, t = candidates(sub, m)
             if groups is None and numba is None:
                 idx, d2, done = _rank(sub, s, cand, t, k, complete=m == n)
+                idx_out[part], d2_out[part] = idx, d2
+            elif sub is q:                  # every row (``part`` is ``arange``): written in place, no copy
+                done = _rank_numba(sub, s, cand, t, k, m == n, groups, idx_out, d2_out)[2]
             else:
                 idx, d2, done = _rank_numba(sub, s, cand, t, k, m == n, groups)
-            idx_out[part], d2_out[part] = idx, d2
+                idx_out[part], d2_out[part] = idx, d2
             pending.append(part[~done])
         rows = np.concatenate(pending)
         m = min(n, 2 * m)
@@ -114,7 +123,8 @@ def _distinct(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 def _rank(q: np.ndarray, s: np.ndarray, cand: np.ndarray, t: np.ndarray, k: int,
           complete: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The first ``k`` of the candidates ``cand (R, m)`` by ``(d2, row)``, their ``d2``, and whether each row
-    is settled (module docstring): ``complete`` (every point a candidate) or ``d2_k < t_m (1 - 64u) - 64 s``."""
+    is settled (module docstring): ``complete`` (every point a candidate) or ``d2_k < t_m (1 - M u) - M s``
+    (``M = _MARGIN``)."""
     diff = q[:, None, :] - s[cand]                      # (R, m, 3), each difference rounded once
     sq = diff * diff
     d2 = (sq[..., 0] + sq[..., 1]) + sq[..., 2]         # the defined order of the sums
@@ -122,22 +132,28 @@ def _rank(q: np.ndarray, s: np.ndarray, cand: np.ndarray, t: np.ndarray, k: int,
     idx, d2 = np.take_along_axis(cand, order, 1), np.take_along_axis(d2, order, 1)
     if complete:
         return idx, d2, np.ones(len(q), bool)
-    info = np.finfo(q.dtype)
-    bound = t[:, -1].astype(np.float64) * (1.0 - 32 * float(info.eps)) - 64 * float(info.smallest_subnormal)
+    rel, absolute = _margins(q.dtype)
+    bound = t[:, -1].astype(np.float64) * (1.0 - rel) - absolute
     return idx, d2, d2[:, -1].astype(np.float64) < bound
 
 
+def _margins(dtype) -> tuple[float, float]:
+    """The settle test's relative and absolute margins for coordinates of ``dtype``: ``_MARGIN u`` (``u`` the
+    unit roundoff, half of ``eps``) and ``_MARGIN`` smallest subnormals."""
+    info = np.finfo(dtype)
+    return _MARGIN * float(info.eps) / 2, _MARGIN * float(info.smallest_subnormal)
+
+
 def _rank_numba(q: np.ndarray, s: np.ndarray, cand: np.ndarray, t: np.ndarray, k: int,
-                complete: bool, groups=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                complete: bool, groups=None, idx=None, d2=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_rank` compiled: one pass a row, the ``k`` first kept sorted by insertion (4x faster than the
     numpy sort at ``k = 16`` here); ``groups`` as in :func:`_rounds`, each distinct point's rows inserted
-    in ascending order, at most ``k`` of them."""
-    info = np.finfo(q.dtype)
-    idx, d2 = np.empty((len(q), k), np.int64), np.empty((len(q), k), q.dtype)
+    in ascending order, at most ``k`` of them; written into ``idx``, ``d2`` where given."""
+    if idx is None:
+        idx, d2 = np.empty((len(q), k), np.int64), np.empty((len(q), k), q.dtype)
     done = np.empty(len(q), np.bool_)
     members, starts, sizes = groups if groups is not None else (None, None, None)
-    _kernel(q, s, cand, t, k, complete, 32 * float(info.eps), 64 * float(info.smallest_subnormal),
-            members, starts, sizes, idx, d2, done)
+    _kernel(q, s, cand, t, k, complete, *_margins(q.dtype), members, starts, sizes, idx, d2, done)
     return idx, d2, done
 
 
@@ -150,7 +166,7 @@ def _rows_kernel(q, s, cand, t, k, complete, rel, absolute, members, starts, siz
     for i in range(q.shape[0]):
         filled = 0
         for c in range(cand.shape[1]):
-            u = cand[i, c]
+            u = np.int64(cand[i, c])
             dx, dy, dz = q[i, 0] - s[u, 0], q[i, 1] - s[u, 1], q[i, 2] - s[u, 2]
             v = (dx * dx + dy * dy) + dz * dz
             lo, hi = u, u + 1
