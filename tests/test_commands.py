@@ -87,30 +87,6 @@ def test_a_key_given_twice_on_the_command_line_is_one_warning_line(tmp_path, cap
     assert out == ["warning: optim.lr is given twice ('optim.lr=0.1', then 'optim.lr=0.2'): the last is used"], out
 
 
-@pytest.mark.parametrize("value", ["", "  "])
-@pytest.mark.parametrize("command", ["train", "evaluate", "ablate"])
-def test_an_empty_folder_option_is_refused_not_left_out(tmp_path, capsys, command, value):
-    """``--data-root ""`` (an unset shell variable) was left out: ``evaluate`` scored the fold on the data root of
-    its config.yaml, exit code 0, and ``train --run-dir ""`` would write into the config's run folder; a blank
-    one was ``override 'data.root= ': data.root: expected str, got None (NoneType)``. Now one line names the
-    option, before anything is read."""
-    from pointgeope.cli import main
-
-    config = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
-    (tmp_path / "area_1").mkdir()
-    flag, key = ("--run-dir", "train.run_dir") if command == "train" else ("--data-root", "data.root")
-    argv = {"train": ["train", "--config", str(config), "--test-area", "1", "--data-root", str(tmp_path), flag, value],
-            "evaluate": ["evaluate", str(tmp_path / "area_1"), flag, value],
-            "ablate": ["ablate", "--config", str(config), "--test-area", "1", "--presets", "geope", "--run-dir",
-                       str(tmp_path / "ab"), flag, value]}[command]
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"pointgeope {command}: error: {flag} {value!r}: expected a folder name, got an empty one (an "
-                   f"unset shell variable?); give the folder, or leave {flag} out to use the config's {key}"], err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["area_1"]
-
-
 @pytest.mark.parametrize(("argv", "name"), [
     (["synth", "", "--size", "tiny"], "OUT"),
     (["prepare", "raw", ""], "out"),
@@ -124,11 +100,21 @@ def test_an_empty_folder_option_is_refused_not_left_out(tmp_path, capsys, comman
     (["evaluate", ""], "run"),
     (["ablate", "--config", "c.yaml", "--test-area", "1", "--presets", "geope", "--run-dir", ""], "--run-dir"),
     (["ablate", "--config", "", "--test-area", "1", "--presets", "geope"], "--config"),
+    (["train", "--config", "c.yaml", "--test-area", "1", "--data-root", ""], "--data-root"),
+    (["train", "--config", "c.yaml", "--test-area", "1", "--run-dir", ""], "--run-dir"),
+    (["evaluate", "run/area_1", "--data-root", ""], "--data-root"),
+    (["ablate", "--config", "c.yaml", "--test-area", "1", "--presets", "geope", "--data-root", ""], "--data-root"),
+    (["viz", ""], "area"),
+    (["viz", "Area_1.h5", "--room", "office_1", "--ply", ""], "--ply"),
+    (["viz", "Area_1.h5", "--room", "office_1", "--screenshot", ""], "--screenshot"),
+    (["viz", "Area_1.h5", "--list", "--pred", ""], "--pred"),
 ])
 def test_an_empty_path_is_refused_not_taken_for_the_working_folder(tmp_path, monkeypatch, capsys, argv, name):
     """``Path("")`` is ``.``: ``synth ""`` (``"$OUT"`` unset) wrote its areas into the working folder, exit code 0,
     as did ``prepare RAW ""``, ``predict ... --out ""`` and ``report RUN --out ""``; an empty input was read as
-    the working folder. Now argparse's one line names the argument, and nothing is written."""
+    the working folder; ``--data-root ""`` was left out (``evaluate`` scored on the config's data root) and
+    ``viz --ply ""`` or ``--screenshot ""`` was taken as not given (a window opened). Now argparse's one line
+    names the argument, and nothing is written."""
     from pointgeope.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -139,6 +125,33 @@ def test_an_empty_path_is_refused_not_taken_for_the_working_folder(tmp_path, mon
     assert err[-1] == (f"pointgeope {argv[0]}: error: argument {name}: expected a path, got an empty one (an unset "
                        "shell variable?); give the path, or . for the current folder"), err
     assert "Traceback" not in "\n".join(err) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", "  "])
+@pytest.mark.parametrize(("argv", "name"), [
+    (["synth", "{}", "--size", "tiny"], "OUT"),
+    (["predict", "run/area_1", "scan.npy", "--out", "{}"], "--out"),
+    (["report", "run", "--out", "{}"], "--out"),
+    (["train", "--config", "c.yaml", "--test-area", "1", "--run-dir", "{}"], "--run-dir"),
+    (["evaluate", "run/area_1", "--data-root", "{}"], "--data-root"),
+    (["ablate", "--config", "c.yaml", "--test-area", "1", "--presets", "geope", "--run-dir", "{}"], "--run-dir"),
+    (["viz", "Area_1.h5", "--room", "office_1", "--ply", "{}"], "--ply"),
+])
+def test_a_blank_path_is_refused_by_every_command_alike(tmp_path, monkeypatch, capsys, argv, name, blank):
+    """A path of spaces or a tab (``"$A $B"``, both unset) is a mistake as an empty one is, and every command says
+    it alike: ``synth " "`` made a folder named by a space in the working folder, ``ablate --run-dir " "`` too,
+    while ``train --run-dir " "`` and ``--data-root " "`` were refused in other words (their override loses the
+    spaces)."""
+    from pointgeope.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main([blank if a == "{}" else a for a in argv])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"pointgeope {argv[0]}: error: argument {name}: expected a path, got a blank one {blank!r} "
+                       "(an unset shell variable?); give the path, or . for the current folder"), err
+    assert list(tmp_path.iterdir()) == []
 
 
 # One Ctrl-C that lands while the command line imports sys.argv[1] (the console script `pointgeope` and

@@ -34,14 +34,17 @@ def help_text(doc: str | None) -> str:
 
 
 def given(text: str) -> str:
-    """An argparse ``type`` for a file or folder argument: ``text`` as it is (any name, spaces too), but an empty
-    one (``"$UNSET"``), which ``Path`` takes for ``.``, the working folder, is refused: ``synth ""``, ``prepare RAW
-    ""``, ``predict ... --out ""`` and ``report --out ""`` wrote their files there."""
-    if not text:
+    """An argparse ``type`` for every file or folder argument of every command: ``text`` as it is, but an empty or
+    blank one (``"$UNSET"``, ``"$A $B"``), which ``Path`` takes for ``.``, the working folder, or for a folder
+    named by spaces, is refused in argparse's one line naming the argument: ``synth ""``, ``prepare RAW ""``,
+    ``predict ... --out ""`` and ``report --out ""`` wrote their files there, ``--data-root ""`` was left out
+    (the config's folder used) and ``viz --ply ""`` opened a window. The one owner of this refusal."""
+    if not text.strip():
         import argparse
 
-        raise argparse.ArgumentTypeError("expected a path, got an empty one (an unset shell variable?); give the "
-                                         "path, or . for the current folder")
+        got = "an empty one" if not text else f"a blank one {text!r}"
+        raise argparse.ArgumentTypeError(f"expected a path, got {got} (an unset shell variable?); give the path, "
+                                         "or . for the current folder")
     return text
 
 
@@ -65,8 +68,8 @@ def config_overrides(overrides: list[str], options: dict[str, tuple[str, str | N
     of a key given twice wins, as the later of two ``--flag`` does: a command line often appends to a common
     list (``$COMMON train.epochs=1``). It is said in one warning line naming both (``say``, default print: to
     the first process only under torchrun), so that a key set by mistake twice is not silently overridden. An
-    option given an empty or blank value is a :class:`~pointgeope.errors.UserError`: left out, it silently let
-    the config's folder be used."""
+    option's value is ``None`` when not given; an empty or blank folder is refused before, by its argparse type
+    (:func:`given`)."""
     from pointgeope.engine.config import override_key  # here, not at the top: ``--help`` never imports torch
 
     say = say or (lambda line: print(line, flush=True) if os.environ.get("RANK", "0") == "0" else None)
@@ -77,14 +80,9 @@ def config_overrides(overrides: list[str], options: dict[str, tuple[str, str | N
             say(f"warning: {key} is given twice ({seen[key]!r}, then {text!r}): the last is used")
         seen[key] = text
     for flag, (key, value) in options.items():
-        if value is not None and not value.strip():  # --data-root "$UNSET": was left out, the config's folder used
-            from pointgeope.errors import UserError
-
-            raise UserError(f"{flag} {value!r}: expected a folder name, got an empty one (an unset shell variable?); "
-                            f"give the folder, or leave {flag} out to use the config's {key}")
-        if value and key in seen:
+        if value is not None and key in seen:
             say(f"warning: {key} is given twice ({seen[key]!r}, then {flag} {value}): {flag} is used")
-    return list(overrides) + [f"{key}={value}" for key, value in options.values() if value]
+    return list(overrides) + [f"{key}={value}" for key, value in options.values() if value is not None]
 
 
 def parse_args(parser, argv: list[str] | None = None):

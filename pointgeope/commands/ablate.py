@@ -20,7 +20,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from pointgeope.commands import config_overrides, path_arg
+from pointgeope.commands import config_overrides, given, path_arg
 
 HELP = "several positional encodings x seeds on one fold: mean and spread per encoding"
 
@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train.seed values, comma-separated (default 0,1,2)")
     parser.add_argument("--run-dir", type=path_arg, default=Path("runs/ablation"),
                         help="output folder (default runs/ablation)")
-    parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
+    parser.add_argument("--data-root", type=given, help="prepared HDF5 folder (overrides data.root)")
     parser.add_argument("--jobs", type=int, default=1, help="trials at a time (default 1)")
     parser.add_argument("--digits", type=_digits, default=1, help="decimals of the %% in ablation.md (default 1)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides for every trial")

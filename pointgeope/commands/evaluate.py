@@ -23,7 +23,7 @@ HELP = "predict every point of a fold's test area by voting; metrics.json"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=given, help="a fold folder RUN/area_K (with config.yaml and last.pt)")
     parser.add_argument("--checkpoint", choices=("last", "best"), help="overrides eval.checkpoint")
-    parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
+    parser.add_argument("--data-root", type=given, help="prepared HDF5 folder (overrides data.root)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value",
                         help="config overrides, e.g. eval.tta.rotations=4")
 

@@ -17,17 +17,20 @@ DIR/<name>_pred.npy (uint8 label per point), DIR/<name>_pred.ply (points coloure
 property), .las (classification), .txt (x y z r g b label), .h5 (for `pointgeope viz`); with
 --probabilities DIR/<name>_probs.npy (float32 (N, classes)). The rooms of an Area_N.h5, and the raw rooms found
 inside a folder, go to DIR/Area_N/<room>_pred.* (named after the area file or the folder). One view unless
---tta or an eval.tta override (eval.tta.rotations=4) sets them, whatever the run's eval.tta (which evaluate
-uses). An input that fails is reported in one line and
+--tta or an eval.tta override (eval.tta.rotations=4) sets them, whatever the checkpoint's eval.tta (which
+evaluate uses). The eval.* values are the checkpoint's, those its run was trained with, so that a fold folder
+predicts as its .pt file does: of the fold's config.yaml, which evaluate reads, predict reads only
+eval.checkpoint (the file to use), and a note names the eval.* it sets otherwise, with the overrides that
+apply them. An input that fails is reported in one line and
 the others are still predicted; the last line names the inputs that failed and the exit code is 2 when any
 failed. Any file name works (non-ASCII, spaces, newlines). Stray points (finite coordinates too large for
 float32, or farther than --max-extent, default 50 m, from the scan's median, after --scale) are left out
 of the network's input and labelled as their nearest kept point, counted in one warning per scan that says
 which --max-extent would keep them; a NaN or infinite coordinate is an error of the scan, naming the first
 such point. A scan is voted on over at most --max-fragments voxel fragments (one pass over the scan each;
-their number is the point count of the densest voxel, which repeated points make large): the run's
-eval.max_fragments, or when that is null (every fragment, as the s3dis configs evaluate) 100; a warning
-names the cap, the counts and how to lift it whenever one of these cuts a scan (not when --max-fragments
+their number is the point count of the densest voxel, which repeated points make large): the
+checkpoint's eval.max_fragments, or when that is null (every fragment, as the s3dis configs evaluate) 100; a
+warning names the cap, the counts and how to lift it whenever one of these cuts a scan (not when --max-fragments
 or an eval.max_fragments override chose it). Overrides of eval.* (and of how the prediction runs,
 data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them, but not
 eval.checkpoint (the option --checkpoint chooses a run folder's file).
@@ -84,13 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="predict every scan again, even those whose outputs an earlier run completed")
     parser.add_argument("--checkpoint", choices=("last", "best"), help="which checkpoint of a run folder")
     parser.add_argument("--tta", action="store_true",
-                        help="test-time views: the run's eval.tta, or 4 z-rotations x flip if it has none")
+                        help="test-time views: the checkpoint's eval.tta, or 4 z-rotations x flip if it has none")
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda or cuda:N")
     parser.add_argument("--max-fragments", type=_fragments, default=False, metavar="N|all",
-                        help="vote over at most N voxel fragments of a scan (default: the run's eval.max_fragments, "
-                             f"or {PREDICT_MAX_FRAGMENTS} where that is null; a warning when either cuts a scan)")
+                        help="vote over at most N voxel fragments of a scan (default: the checkpoint's "
+                             f"eval.max_fragments, or {PREDICT_MAX_FRAGMENTS} where that is null; a warning when "
+                             "either cuts a scan)")
     parser.add_argument("--batch-points", type=int, default=None, metavar="N",
-                        help="points per forward pass (default: the run's eval.batch_points)")
+                        help="points per forward pass (default: the checkpoint's eval.batch_points)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply coordinates by this to get metres (0.001 for mm, 0.3048 for feet)")
     parser.add_argument("--max-extent", type=float, default=PREDICT_MAX_EXTENT, metavar="M",

@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--test-area", type=int, metavar="K", help="train fold K: test on Area_K")
     which.add_argument("--cv", action="store_true", help="every fold of folds.json in turn")
-    parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
-    parser.add_argument("--run-dir", help="run folder (overrides train.run_dir); folds go to RUN/area_K")
+    parser.add_argument("--data-root", type=given, help="prepared HDF5 folder (overrides data.root)")
+    parser.add_argument("--run-dir", type=given, help="run folder (overrides train.run_dir); folds go to RUN/area_K")
     parser.add_argument("--force", action="store_true",
                         help="retrain each fold it trains from scratch, deleting its checkpoints and results")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 
+from pointgeope.commands import given
 from pointgeope.constants import DEFAULT_MAX_POINTS, VIEW_MODES
 
 HELP = "look at a room and its predicted segmentation (Open3D window, screenshot, PLY)"
@@ -23,9 +24,9 @@ HELP = "look at a room and its predicted segmentation (Open3D window, screenshot
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("area", help="a prepared area file, OUT/Area_N.h5")
+    parser.add_argument("area", type=given, help="a prepared area file, OUT/Area_N.h5")
     parser.add_argument("--room", help="the room to show (see --list; not needed in a file of one room)")
-    parser.add_argument("--pred", help="predictions of that area, RUN/area_N/predictions/Area_N.h5")
+    parser.add_argument("--pred", type=given, help="predictions of that area, RUN/area_N/predictions/Area_N.h5")
     parser.add_argument("--list", action="store_true",
                         help="list the rooms with their point counts (and mIoU with --pred, worst first); "
                              "draws nothing, so it takes no --room, --screenshot, --ply, --mode, --hide, --voxel")
@@ -39,9 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draw one point per voxel of this size (e.g. 0.02)")
     parser.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, metavar="N",
                         help=f"draw at most N points, a random sample (default {DEFAULT_MAX_POINTS:,}; 0: no cap)")
-    parser.add_argument("--screenshot", metavar="PNG", help="render to this image without a window and exit "
-                        "(.png; or .bmp, .tif, .tiff; .jpg, .jpeg lossy)")
-    parser.add_argument("--ply", metavar="PLY",
+    parser.add_argument("--screenshot", metavar="PNG", type=given,
+                        help="render to this image without a window and exit (.png; or .bmp, .tif, .tiff; .jpg, .jpeg "
+                             "lossy)")
+    parser.add_argument("--ply", metavar="PLY", type=given,
                         help="write the drawn points, coloured by --mode, as binary PLY (a new name ending in .ply)")
     parser.add_argument("--width", type=int, default=1280,
                         help="image / window width in pixels, 8 to 16384 (default 1280)")

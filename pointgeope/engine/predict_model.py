@@ -172,6 +172,37 @@ def prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | Non
     return dataclasses.replace(cfg, eval=ev), origin
 
 
+def config_yaml_note(model: Path, trained: Config, keys: list[str]) -> str | None:
+    """One note line when a fold folder's ``config.yaml`` sets ``eval.*`` values other than its checkpoint's (the
+    file edited for ``evaluate``, which reads them there), with the overrides that apply them; ``None`` when
+    none differ, or the command line chooses them (``keys``), or ``MODEL`` is a file, or ``config.yaml`` cannot
+    be read (:func:`checkpoint_path` refuses that without ``--checkpoint``; with it, the file is left unread).
+
+    predict takes ``eval.*`` from the checkpoint, ``trained`` (its own config): a fold folder predicts as its
+    chosen ``.pt`` file does, wherever the file is copied; ``eval.checkpoint`` alone comes from ``config.yaml``,
+    since it chooses that file."""
+    import json
+
+    from pointgeope.engine.config import config_to_dict, load_record
+    from pointgeope.engine.config_yaml import flatten
+
+    path = model / "config.yaml"
+    if not (model.is_dir() and path.is_file()):
+        return None
+    try:
+        record = load_record(path)
+    except ConfigError:     # checkpoint_path refused it already where it reads it; with --checkpoint it is left
+        return None
+    ours, theirs = (flatten(config_to_dict(cfg)["eval"], "eval.") for cfg in (trained, record))
+    differ = [key for key, value in theirs.items() if key != "eval.checkpoint" and ours.get(key, value) != value
+              and not any(key == k or key.startswith(f"{k}.") for k in keys)]
+    if not differ:
+        return None
+    sets = ", ".join(f"{key} {json.dumps(theirs[key])} (the checkpoint: {json.dumps(ours[key])})" for key in differ)
+    return (f"note: {path} sets {sets}; predict takes eval.* from the checkpoint, evaluate from config.yaml: add "
+            f"{' '.join(f'{key}={json.dumps(theirs[key])}' for key in differ)} to predict with config.yaml's")
+
+
 def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | None = None,
                    tta: bool = False, batch_points: int | None = None, max_fragments: int | None | bool = False,
                    overrides: list[str] = ()) -> Predictor:
@@ -209,6 +240,10 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     if warning:
         print(warning, file=sys.stderr, flush=True)
     cfg, cap_origin = prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
+    chosen = [override_key(text) for text in overrides] + ["eval.max_fragments"] * (max_fragments is not False) \
+        + ["eval.batch_points"] * bool(batch_points)     # the options of those keys
+    if note := config_yaml_note(Path(model), config_from_dict(ckpt["config"]), chosen):
+        print(note, file=sys.stderr, flush=True)
     dev = choose_device(device, option="--device")
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt, path)

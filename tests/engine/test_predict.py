@@ -365,6 +365,36 @@ def test_a_config_yaml_predict_cannot_read_is_refused_not_taken_for_last(tiny_ru
     assert json.loads((out / "scan_pred.json").read_text())["model_path"] == str(fold / "best.pt")
 
 
+def test_eval_values_of_config_yaml_other_than_the_checkpoints_are_named_by_predict(tiny_run, tmp_path, capsys):
+    """predict takes ``eval.*`` from the checkpoint (a fold folder predicts as its ``.pt`` file does), evaluate
+    from ``config.yaml``: a ``config.yaml`` edited for evaluate (``max_fragments: 5``) was silently not used by
+    predict, whose help called the checkpoint's value "the run's". Now one note names the key, both values and
+    the override that applies it; with the override, config.yaml's value is used and no note is said."""
+    import json
+    import shutil
+
+    def recorded(folder):   # the eval.max_fragments the scan was predicted with, as its record says
+        return [json.loads((folder / "scan_pred.json").read_text())["made_by"]["options"]["eval.max_fragments"]]
+
+    fold, scan = tmp_path / "run" / "area_1", tmp_path / "scan.npy"
+    fold.mkdir(parents=True)
+    shutil.copy(tiny_run / "last.pt", fold / "last.pt")
+    text = (tiny_run / "config.yaml").read_text()
+    assert text.count("  max_fragments: 2\n") == 1
+    (fold / "config.yaml").write_text(text.replace("  max_fragments: 2\n", "  max_fragments: 5\n"))
+    np.save(scan, np.random.default_rng(0).random((300, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    capsys.readouterr()
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "a")]) == 0
+    note = (f"note: {fold / 'config.yaml'} sets eval.max_fragments 5 (the checkpoint: 2); predict takes eval.* from "
+            "the checkpoint, evaluate from config.yaml: add eval.max_fragments=5 to predict with config.yaml's")
+    assert capsys.readouterr().err.splitlines().count(note) == 1
+    assert recorded(tmp_path / "a") == [2]
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "b"), "eval.max_fragments=5"]) == 0
+    assert "note:" not in capsys.readouterr().err and recorded(tmp_path / "b") == [5]
+    assert cli(["predict", str(fold / "last.pt"), str(scan), "--out", str(tmp_path / "c")]) == 0
+    assert "note:" not in capsys.readouterr().err and recorded(tmp_path / "c") == [2]   # the file: as its folder
+
+
 def test_an_eval_checkpoint_override_is_refused_for_the_checkpoint_option(tiny_run, tmp_path, capsys):
     """``predict RUN/area_K SCAN eval.checkpoint=best`` passed the check of overrides (eval.*), but the file was
     chosen before the config was read: it predicted with last.pt, exit code 0, the override unread. Now one line
