@@ -120,7 +120,7 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     unpack = (f"unpack {location} and {them} into one folder and give that" if in_zip else
               f"unpack {them} there ({_unpack_command(first, str(first.parent))})")
     if cut := [f for f in zipped if not in_zip and not zipfile.is_zipfile(PurePosixPath(location, f))]:
-        unpack = f"download {agreeing(n, 'it', _shown(cut))} again (no readable zip: cut short?) and {unpack}"
+        unpack = f"download {agreeing(n, 'it', shown_paths(cut))} again (no readable zip: cut short?) and {unpack}"
     if not areas and n == 1 and not in_zip:
         unpack += f", or give {quote(str(first))} itself as RAW"
     raise _left_out(location, zipped, agreeing(n, "is the zip of an area", "are the zips of areas") + " without a "
@@ -148,11 +148,11 @@ def _left_out(location: str, found: list[str], what: str, action: str, areas: di
     folder, that removing them prepares those."""
     n = len(found)
     other = f", or remove {agreeing(n, 'it', 'them')} to prepare the other areas" if areas else ""
-    return SourceError(f"{location}: {_shown(found)} {what}: {agreeing(n, 'its area', 'their areas')} would be left "
-                       f"out of the folds; {action}{other}")
+    return SourceError(f"{location}: {shown_paths(found)} {what}: {agreeing(n, 'its area', 'their areas')} would be "
+                       f"left out of the folds; {action}{other}")
 
 
-def _shown(paths: list[str]) -> str:
+def shown_paths(paths: list[str]) -> str:
     """``paths`` for a line: the first five, then how many more."""
     return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 

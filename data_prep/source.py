@@ -52,6 +52,7 @@ from data_prep.names import (
     misnamed_area,
     object_class,
     object_key,
+    shown_paths,
     warn_likely_areas,
 )
 from pointgeope.plural import agreeing, counted
@@ -213,8 +214,8 @@ class Source:
             return f"{start}; cannot read {', '.join(self.unreadable)}: check its permissions (ls -ld)"
         if likely:
             return f"{start}; {likely_area(self.location, likely[0], isinstance(self, ZipSource))}"
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        return f"{start}; it holds {shown or 'nothing'}: point RAW at the folder (or .zip) that holds Area_1 ... Area_6"
+        return (f"{start}; it holds {shown_paths(names) or 'nothing'}: point RAW at the folder (or .zip) that holds "
+                "Area_1 ... Area_6")
 
 
 def _why_bare(room: str, has_annotations: bool, spelt: str | None) -> str:

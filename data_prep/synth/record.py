@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pointgeope import json_text
+from pointgeope.number_kind import is_whole
 from pointgeope.recorded_text import bounded
 
 
@@ -59,20 +60,16 @@ def _totals(records: list[dict]) -> dict | None:
     (the sums of the records' ``class_counts``); ``None`` where a record's counts are not whole numbers."""
     counts: dict[str, int] = {}
     for record in records:
-        if not (isinstance(found := record.get("class_counts"), dict) and all(map(_whole, found.values()))):
+        if not (isinstance(found := record.get("class_counts"), dict) and all(map(is_whole, found.values()))):
             return None
         for name, count in found.items():
             counts[name] = counts.get(name, 0) + count
     return {"rooms": len(records), "points": sum(counts.values()), "class_counts": counts}
 
 
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _sound_defect(defect) -> bool:
     """A defect entry as the summary prints it: ``kind`` and ``file`` strings; a stairs entry's points and the
     class it maps to."""
     return (isinstance(defect, dict) and isinstance(defect.get("kind"), str) and isinstance(defect.get("file"), str)
-            and (defect["kind"] != "stairs" or (_whole(defect.get("points")) and isinstance(defect.get("maps_to"),
-                                                                                           str))))
+            and (defect["kind"] != "stairs"
+                 or is_whole(defect.get("points")) and isinstance(defect.get("maps_to"), str)))
