@@ -8,7 +8,8 @@ small synthetic batch on the CPU, along the CUDA path's kernel choices (:func:`c
 
 - ``TRITON_INTERPRET=1`` (set here before Triton is imported) and :func:`kernels.use_triton` asked as for a CUDA
   tensor, so every kernel registered with ``cuda_default=True`` runs in Triton's interpreter and the opt-in ones
-  (``cuda_default=False``, e.g. the blocks' third norm on the plain kernel) stay on torch, as on CUDA by default;
+  (``cuda_default=False``, and a ``kernels.DefaultWhere`` outside its calls: the blocks' third norm on the plain
+  kernel outside a padded batch, so in the eager step counted here) stay on torch, as on CUDA by default;
 - one range of queries for the CPU's cache-sized steps (``rotation._STEP_ELEMENTS``): a GPU takes all at once.
 
 What is counted (:class:`LaunchCounter`), one launch each:

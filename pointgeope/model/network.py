@@ -255,7 +255,7 @@ class PointTransformerSeg(nn.Module):
     def body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:
         """The network on checked inputs and their hierarchy, reading no value on the host (what a CUDA graph
         records, ``engine/graphs.py``): ``coord (N, 3)``, ``feat (N, in_channels)`` -> ``(N, num_classes)``."""
-        with shared_tables():                       # one GeoPE rotation table per stage, not per layer
+        with shared_tables():          # stage_memo's block: GeoPE tables, displacements once a stage, not per layer
             return self._body(coord, feat, hierarchy)
 
     def _body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:

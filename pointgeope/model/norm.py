@@ -255,8 +255,6 @@ def _functional(relu: bool, x: Tensor, weight: Tensor | None, bias: Tensor | Non
     return kernel(x.device, x, weight, bias, *rest)
 
 
-
-
 class BatchNorm(nn.BatchNorm1d):
     """torch's ``BatchNorm1d`` (the same arguments, parameters, buffers and outputs) on the Triton kernels where
     :data:`PLAIN_KERNEL` runs (module docstring), and that, in training inside
@@ -337,8 +335,6 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     for name, child in module.named_children():
         out.add_module(name, convert_sync_batchnorm(child, process_group))
     return out
-
-
 
 
 def _fused(relu: bool):

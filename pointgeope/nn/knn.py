@@ -3,11 +3,11 @@
 `torch_geometric.nn.knn_graph` needs `torch-cluster` or `pyg-lib`; this one has its signature and runs on
 the backends of `pointgeope.model.ops.knn` (pykdtree, else scipy, else a pure-torch brute force on the CPU;
 Triton on CUDA), returning the same graph: every point `i` receives an edge from each of its `k` nearest points
-`j` of the same example. Every backend is exact; they differ only where distances tie. The torch and Triton
-backends compute the float32 squared distance `((dx^2 + dy^2) + dz^2)` (the torch backend keeps float64
-positions in float64) and of points at the same distance take the smaller index; pykdtree computes the same
-float32 value and takes tied points in its tree's order (as PyG's own kNN may); scipy computes float64
-distances, which may also order points whose float32 distances are one rounding apart::
+`j` of the same example. Every backend is exact and they agree where distances tie: the torch, Triton,
+pykdtree and scipy backends all rank by the float32 squared distance `((dx^2 + dy^2) + dz^2)` (float64
+positions kept in float64) and of points at the same distance take the smaller index, the `k`-th included
+(`pointgeope.model.ops.knn_ties` re-ranks the trees' candidates), so they give the same graph bit for bit;
+PyG's own kNN (torch-cluster) takes tied points in any order::
 
     # edge_index: [ j_00 j_01 ... j_0(k-1) | j_10 ... | ... ]   row 0: sources (neighbours)
     #             [ 0    0    ... 0        | 1    ... | ... ]   row 1: targets (centres), flow source_to_target

@@ -46,11 +46,13 @@ def test_a_triton_launch_counts_once_and_its_argument_copies_not(launch_count):
 
 
 def test_the_opt_in_kernels_stay_off_as_on_cuda(launch_count):
-    from pointgeope.model import kernels, norm
+    from pointgeope.model import kernels, norm, padding
 
     with launch_count.cuda_choices():
         assert norm.KERNEL.enabled(torch.device("cpu"))                      # the CUDA default
-        assert not norm.PLAIN_KERNEL.enabled(torch.device("cpu"))            # opt-in (cuda_default=False)
+        assert not norm.PLAIN_KERNEL.enabled(torch.device("cpu"))            # opt-in outside a padded batch
+        with padding.batch_rows({8: torch.tensor(6)}):
+            assert norm.PLAIN_KERNEL.enabled(torch.device("cpu"))            # a CUDA default inside one
     assert not kernels.use_triton("relation", torch.device("cpu"))          # restored after the block
 
 

@@ -157,7 +157,6 @@ def _rank_numba(q: np.ndarray, s: np.ndarray, cand: np.ndarray, t: np.ndarray, k
     return idx, d2, done
 
 
-
 def _rows_kernel(q, s, cand, t, k, complete, rel, absolute, members, starts, sizes, idx, d2,
                  done):   # pragma: no cover (compiled)
     """Per row ``i``: the defined ``d2`` of each candidate, inserted into the row's ``k`` first by ``(d2, row)``
