@@ -127,7 +127,8 @@ sys.exit(code)
 def _stopped_then_resumed(proc, code: int, word: str, raw, out, tmp_path, *rerun: str) -> None:
     """``proc`` (prepare of ``raw`` into ``out``) ended as a stop ends a command: its exit ``code``, its one
     line with ``word`` last, no dropped exception, the lock released and no temporary file; the same command
-    (with ``rerun``'s options) then resumes to the bytes of a run that was never stopped."""
+    (with ``rerun``'s options) then resumes to the bytes of a run that was never stopped (:func:`_clean_run`'s,
+    made before ``proc``)."""
     assert proc.returncode == code, proc.stderr
     assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
@@ -314,6 +315,7 @@ def test_a_stop_inside_an_hdf5_callback_ends_the_run(tmp_path, name, nth, sig, c
     above); one during a write was dropped, the room kept with an array of zeros. Now it ends the run as any stop."""
     raw = five_rooms(tmp_path / "raw")
     out = tmp_path / "out"
+    _clean_run(raw, tmp_path)
     proc = subprocess.run([sys.executable, "-c", STOP_IN_AN_HDF5_CALLBACK, str(raw), str(out), sig, name, str(nth)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert not (out / "Area_2.h5").exists()  # the last area: the run stopped before it
