@@ -172,11 +172,12 @@ def _norm_at(width: int, t: str, batch: bool, prefix: bool = False,
     sig = dict({n: f"*{t}" for n in ("x_ptr", "y_ptr", "g_ptr", "dx_ptr")},
                **{n: f"*{acc}" for n in ("mean_ptr", "m2_ptr", "stat_ptr", "sg_ptr", "sgx_ptr", "sums_ptr", "w_ptr",
                                          "b_ptr", "rm_ptr", "rv_ptr")},
-               valid_ptr="*i64", R="i32", C="i32", ROWS="i32", T="i32", eps="fp32", momentum="fp32")
+               valid_ptr="*i64", count_ptr="*i64", R="i32", C="i32", ROWS="i32", T="i32", eps="fp32", momentum="fp32")
     rows, cols = dict(BLOCK_R=block_r, BLOCK_C=block_c), dict(BLOCK_T=block_t, BLOCK_C=block_c)
     kernels = [("stats_partials", dict(rows, PREFIX=prefix)), ("stats_finish", dict(cols, BATCH=batch, PREFIX=prefix)),
-               ("normalize", dict(rows, UPDATE=batch, RELU=relu)), ("grad_partials", dict(rows, RELU=relu)),
-               ("grad_finish", cols), ("grad_input", dict(rows, BATCH=batch, PREFIX=prefix, RELU=relu))]
+               ("normalize", dict(rows, UPDATE=batch, COUNT=batch, RELU=relu)),
+               ("grad_partials", dict(rows, RELU=relu)), ("grad_finish", cols),
+               ("grad_input", dict(rows, BATCH=batch, PREFIX=prefix, RELU=relu))]
     options = dict(FUSED, num_warps=norm.WARPS)
     mode = (("prefix" if prefix else "train") if batch else "eval") + ("" if relu else "_plain")
     return [(f"norm_{name}_{t}_{mode}_tile{block_r}_{block_c}", getattr(triton_norm, name),
