@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import re
 
-from pointgeope.engine.config_yaml import value_text  # (no torch)
-
 LIMIT = 64   # characters of a value said as it is; longer (as recorded or as repr writes it) is cut
 DAMAGED = " (looks damaged)"
 SETTING_LIMIT = 500   # characters of a setting said as it is (a long data.root): more is damage
@@ -47,14 +45,22 @@ def setting_damaged(value: object) -> bool:
     """Whether a recorded setting's value is one no version writes: not one printable line of at most
     :data:`SETTING_LIMIT` characters as an override writes it (``value_text``: a string as it is, anything else as
     JSON). A newline in a hand-edited ``metrics.json``'s config, a megabyte."""
-    text = value_text(value)
+    text = _value_text(value)
     return not (text.isprintable() and len(text) <= SETTING_LIMIT)
 
 
 def setting_text(value: object) -> str:
     """A recorded setting as an override writes it (``rpe``, ``[1.0, 1.1]``, ``null``); a damaged one
     (:func:`setting_damaged`) as :func:`damaged_text` says it: one bounded line, marked."""
-    return damaged_text(value) if setting_damaged(value) else value_text(value)
+    return damaged_text(value) if setting_damaged(value) else _value_text(value)
+
+
+def _value_text(value: object) -> str:
+    """``config_yaml.value_text``, imported when a setting is said: it imports yaml, which ``pip install ".[nn]"``
+    lacks, and this module's cuts serve code that such an install runs (``data_prep.synth``'s records)."""
+    from pointgeope.engine.config_yaml import value_text
+
+    return value_text(value)
 
 
 def setting_repr(value: object) -> str:
