@@ -202,6 +202,18 @@ def _a_stop_in_a_write_callback_is_raised(path, stop: type[BaseException], signu
     assert not path.exists()
 
 
+def _a_stop_as_the_handlers_come_back(tmp_path, signum: int, event: str, raised: type[BaseException]) -> None:
+    """A write of predictions whose block gets ``signum`` as it puts the handlers back (at its first ``event``):
+    the write ends in ``raised``, the stop came once, and no file is left."""
+    untrace = _stop_as_restore_runs(signum, event)
+    try:
+        with pytest.raises(raised):
+            h5_predictions.write_predictions(tmp_path / "Area_1.h5", "Area_1", ROOMS, {"epoch": 1})
+    finally:
+        assert untrace() == [signum]
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_a_programs_own_handler_that_raises_at_the_blocks_end_leaves_its_handlers_in_place(tmp_path, monkeypatch):
     """A program's own SIGTERM handler that exits (``sys.exit``), run as the block put the handlers back (the
     signal pending there): its SystemExit skipped the rest, the block's handler stayed, and a SIGTERM in a
@@ -212,15 +224,9 @@ def test_a_programs_own_handler_that_raises_at_the_blocks_end_leaves_its_handler
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGTERM, leave)
     try:
-        untrace = _stop_as_restore_runs(signal.SIGTERM, "call")
-        try:
-            with pytest.raises(SystemExit):
-                h5_predictions.write_predictions(tmp_path / "Area_1.h5", "Area_1", ROOMS, {"epoch": 1})
-        finally:
-            assert untrace() == [signal.SIGTERM]
+        _a_stop_as_the_handlers_come_back(tmp_path, signal.SIGTERM, "call", SystemExit)
         assert {s: signal.getsignal(s) for s in before} == {signal.SIGINT: before[signal.SIGINT],
                                                             signal.SIGTERM: leave}
-        assert sorted(tmp_path.iterdir()) == []
         _a_stop_in_a_write_callback_is_raised(tmp_path / "Area_2.h5", SystemExit, signal.SIGTERM, monkeypatch)
     finally:
         for s, handler in before.items():
@@ -234,13 +240,7 @@ def test_a_ctrl_c_before_the_handlers_are_back_leaves_no_handler_that_holds_late
     gone: the file written whole and the Ctrl-C silently lost. The stale handler is the previous one now."""
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     try:
-        untrace = _stop_as_restore_runs(signal.SIGINT, "line")
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                h5_predictions.write_predictions(tmp_path / "Area_1.h5", "Area_1", ROOMS, {"epoch": 1})
-        finally:
-            assert untrace() == [signal.SIGINT]
-        assert sorted(tmp_path.iterdir()) == []
+        _a_stop_as_the_handlers_come_back(tmp_path, signal.SIGINT, "line", KeyboardInterrupt)
         _a_stop_in_a_write_callback_is_raised(tmp_path / "Area_2.h5", KeyboardInterrupt, signal.SIGINT, monkeypatch)
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -8,6 +8,7 @@ from torch_geometric.data import Batch, Data
 
 from pointgeope.constants import CLASS_INDEX
 from pointgeope.model import OpsBackends, PointTransformerSeg
+from tests.model.shared_stage import layers_of, shared_and_alone
 
 PRESET_NAMES = ["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none", "rope3d", "rope3d+rpe", "rope-mixed",
                 "ape"]
@@ -223,13 +224,11 @@ def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, 
     """The forward builds one GeoPE table per stage (rotation.shared_tables), and its logits and every
     gradient are bit for bit those of the same network building a table per layer: on the torch path and
     on the Triton kernels (interpreted), which keep the table for their backward."""
-    import contextlib
-
     if path == "triton":
         request.getfixturevalue("interpreted_cpu")
         request.getfixturevalue("torch_batch_norm")
 
-    from pointgeope.model import fused_attention, network, rotation
+    from pointgeope.model import fused_attention, rotation
 
     fused = []
     relation = fused_attention.frame_relation
@@ -238,21 +237,11 @@ def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, 
     build = rotation._build_tables
     monkeypatch.setattr(rotation, "_build_tables", lambda *a: built.append(a[0].shape[0]) or build(*a))
     coord, feat, offset = _batch()
-    runs = []
-    for share in (True, False):
-        if not share:
-            monkeypatch.setattr(network, "shared_tables", contextlib.nullcontext)
-        torch.manual_seed(0)
-        model = PointTransformerSeg(pe=pe, **TINY).train()
-        built.clear()
-        logits = model(coord, feat, offset)
-        forward_built = list(built)                   # (the torch path's backward rebuilds its own: not shared)
-        logits.square().sum().backward()
-        runs.append((logits, [p.grad for p in model.parameters()], forward_built))
+    runs = shared_and_alone(monkeypatch, built, pe, TINY, coord, feat, offset)
     (shared, shared_grads, shared_built), (alone, alone_grads, alone_built) = runs
     assert torch.equal(shared, alone)
     assert all(torch.equal(a, b) for a, b in zip(shared_grads, alone_grads, strict=True))
-    layers = sum(len(blocks) for blocks in (*model.encoder, *model.decoder))
+    layers = layers_of(TINY)
     assert len(alone_built) == layers                                     # a table per layer without sharing
     assert len(shared_built) == len(set(alone_built)) == 3                # one per stage (3 stages, distinct N)
     assert len(fused) == (2 * layers if path == "triton" else 0)          # the kernels took the shared tables

@@ -3,13 +3,12 @@ inside ``shared()`` and is the very value each layer built before; the network s
 logits and gradients stay bit for bit those of a layer building its own."""
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
-from pointgeope.model import PointTransformerSeg, network, stage_memo
+from pointgeope.model import PointTransformerSeg, stage_memo
 from pointgeope.model.stage_memo import displacements, memoized, shared
+from tests.model.shared_stage import layers_of, shared_and_alone
 
 TINY = dict(blocks=(1, 2, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours=(8, 8, 8),
             decoder_blocks=(1, 1, 1), share_planes=8)
@@ -67,6 +66,18 @@ def test_displacements_shared_only_without_gradient():
     torch.testing.assert_close(moving.grad, want, rtol=1e-12, atol=1e-12)
 
 
+def _counted_builds(monkeypatch) -> list[str]:
+    """The tags of the memo's builds (``stage_memo.memoized`` spied), in the order they ran."""
+    built = []
+    own = stage_memo.memoized
+
+    def counted(tag, inputs, build):
+        return own(tag, inputs, lambda: built.append(tag) or build())
+
+    monkeypatch.setattr(stage_memo, "memoized", counted)
+    return built
+
+
 def _batch(sizes=(130, 70), seed=0):
     g = torch.Generator().manual_seed(seed)
     coord = torch.rand(sum(sizes), 3, generator=g) * torch.tensor([3.0, 3.0, 2.0])
@@ -78,30 +89,14 @@ def _batch(sizes=(130, 70), seed=0):
 def test_the_layers_of_a_stage_share_displacements_and_nothing_changes(pe, monkeypatch):
     """One displacement tensor built per stage in the forward (encoder and decoder layers share it), and the
     logits and every gradient bit for bit those of the network whose layers build their own."""
-    built = []
-    own = stage_memo.memoized
-
-    def counted(tag, inputs, build):
-        return own(tag, inputs, lambda: built.append(tag) or build())
-
-    monkeypatch.setattr(stage_memo, "memoized", counted)
+    built = _counted_builds(monkeypatch)
     coord, feat, offset = _batch()
-    runs = []
-    for share in (True, False):
-        if not share:
-            monkeypatch.setattr(network, "shared_tables", contextlib.nullcontext)
-        torch.manual_seed(0)
-        model = PointTransformerSeg(pe=pe, **TINY).train()
-        built.clear()
-        logits = model(coord, feat, offset)
-        forward_built = built.count("displacements")
-        logits.square().sum().backward()
-        runs.append((logits, [p.grad for p in model.parameters()], forward_built))
-    (shared_logits, shared_grads, shared_built), (alone, alone_grads, alone_built) = runs
+    runs = shared_and_alone(monkeypatch, built, pe, TINY, coord, feat, offset)
+    (shared_logits, shared_grads, shared_list), (alone, alone_grads, alone_list) = runs
+    shared_built, alone_built = shared_list.count("displacements"), alone_list.count("displacements")
     assert torch.equal(shared_logits, alone)
     assert all(torch.equal(a, b) for a, b in zip(shared_grads, alone_grads, strict=True))
-    layers = sum(len(blocks) for blocks in (*model.encoder, *model.decoder))
-    assert (shared_built, alone_built) == (3, layers)          # one per stage (3 stages) against one per layer
+    assert (shared_built, alone_built) == (3, layers_of(TINY))          # one per stage (3 stages) against one per layer
 
 
 def test_an_int32_hierarchy_shares_as_an_int64_one(monkeypatch):
@@ -110,13 +105,7 @@ def test_an_int32_hierarchy_shares_as_an_int64_one(monkeypatch):
     layer built (and the memo kept until the forward's end) its own."""
     import dataclasses
 
-    built = []
-    own = stage_memo.memoized
-
-    def counted(tag, inputs, build):
-        return own(tag, inputs, lambda: built.append(tag) or build())
-
-    monkeypatch.setattr(stage_memo, "memoized", counted)
+    built = _counted_builds(monkeypatch)
     coord, feat, offset = _batch()
     torch.manual_seed(0)
     model = PointTransformerSeg(pe="rpe", **TINY).eval()
