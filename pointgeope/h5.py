@@ -188,17 +188,18 @@ def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) ->
     return members
 
 
-def checked_rooms(f: h5py.File, keys: Iterable[str] | None = None,
-                  skip: Iterable[str] = ()) -> dict[str, tuple[h5py.Group, dict[str, h5py.Dataset]]]:
+def checked_rooms(f: h5py.File, keys: Iterable[str] | None = None, skip: Iterable[str] = (),
+                  again: str = AGAIN) -> dict[str, tuple[h5py.Group, dict[str, h5py.Dataset]]]:
     """Room -> ``(group, members)`` of every room of an open area file, in file order: its group
     (:func:`room_group`) and its members ``keys`` (every member but ``skip`` where ``None``) opened and checked
-    (:func:`check_members`). The one walk over a file's rooms of :func:`list_rooms`, :func:`read_rooms_attrs`
-    and the points checksum."""
+    (:func:`check_members`), a refusal ending with ``again``. The one walk over a file's rooms of
+    :func:`list_rooms`, :func:`read_rooms_attrs`, the points checksum and the area check
+    (``pointgeope.data.check``)."""
     rooms = {}
     for room in f:
-        group = room_group(f, room)
+        group = room_group(f, room, again)
         names = list(group) if keys is None else keys
-        rooms[room] = group, check_members(group, [name for name in names if name not in skip])
+        rooms[room] = group, check_members(group, [name for name in names if name not in skip], again)
     return rooms
 
 

@@ -98,7 +98,7 @@ def test_area_check_counts_the_non_finite_points():
 
     from pointgeope.data.check import check_room
     from pointgeope.errors import UserError
-    from pointgeope.h5 import write_room
+    from pointgeope.h5 import check_members, write_room
 
     for bad, text in ((1, "r: 1 point with a non-finite coordinate"), (2, "r: 2 points with a non-finite coordinate")):
         coord = np.zeros((4, 3), np.float32)
@@ -108,7 +108,7 @@ def test_area_check_counts_the_non_finite_points():
         with h5py.File(f"mem{bad}.h5", "w", driver="core", backing_store=False) as f:
             write_room(f, "r", arrays, {"num_points": 4})
             with pytest.raises(UserError) as caught:
-                check_room("r", f["r"], 1000.0, NUM_CLASSES)
+                check_room("r", check_members(f["r"], list(f["r"])), 1000.0, NUM_CLASSES)
         assert str(caught.value).startswith(text)
 
 
