@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 from shlex import quote
 
 from pointgeope.errors import UserError
-from pointgeope.plural import agreeing
+from pointgeope.plural import agreeing, first_of
 
 AREA = re.compile(r"Area_(\d+)")
 # area_1, AREA_1, Area 1, Area_1_Aligned (S3DIS's aligned version named in its folder): named, not read
@@ -154,7 +154,7 @@ def _left_out(location: str, found: list[str], what: str, action: str, areas: di
 
 def shown_paths(paths: list[str]) -> str:
     """``paths`` for a line: the first five, then how many more."""
-    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return first_of(paths, 5)
 
 
 def _unpack_command(path: PurePosixPath, folder: str) -> str:

@@ -11,7 +11,7 @@ import torch
 from data_prep.prepare import _ignored_text
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.info import device_summary
-from pointgeope.plural import counted, plural
+from pointgeope.plural import counted, first_of, plural
 from pointgeope.report.runs import FoldResult, RunSummary
 from pointgeope.report.tables import per_fold_markdown
 from pointgeope.scans.scan import ScanError
@@ -163,3 +163,33 @@ def test_the_report_counts_the_keys_it_leaves_out():
     assert mixed_text(mixed, limit=2).endswith(" and 1 more key")
     assert mixed_text(mixed, limit=1).endswith(" and 2 more keys")
 
+
+
+def test_first_of_says_the_head_of_a_list_and_how_many_more():
+    """The one wording of a list said in part: the head joined as the line joins it, then ``and N more`` as one
+    entry more (of its noun, in the right number), nothing where the list is said whole."""
+    letters = [chr(ord("a") + i) for i in range(12)]
+    assert first_of(letters, 5) == "a, b, c, d, e, and 7 more"
+    assert first_of(letters[:6], 5) == "a, b, c, d, e, and 1 more"
+    assert first_of(letters[:5], 5) == first_of(letters[:5], 9) == "a, b, c, d, e"
+    assert first_of([], 5) == ""
+    assert first_of((n for n in range(4)), 2, "; ") == "0; 1; and 2 more"
+    assert first_of(["x", "y", "z"], 2, " ") == "x y and 1 more"
+    assert first_of(["x", "y", "z"], 2, noun="key") == "x, y, and 1 more key"
+    assert first_of(["x", "y", "z"], 1, noun="class") == "x, and 2 more classes"
+    assert first_of(range(2002), 1) == "0, and 2,001 more"
+
+
+def test_the_lines_that_say_a_list_in_part_say_how_many_more(monkeypatch):
+    """The labels out of range of a confusion matrix (10 shown) and the colourless rooms of a training run (5
+    shown) ended with ``...``, the count of the rest left out; each says it."""
+    from pointgeope import metrics
+    from pointgeope.data import color_record
+
+    with pytest.raises(ValueError) as caught:
+        metrics.confusion_matrix(np.arange(20, 33), np.zeros(13, np.int64), 13)
+    assert "20, 21, 22, 23, 24, 25, 26, 27, 28, 29, and 3 more" in str(caught.value)
+    rooms = [f"room_{i}" for i in range(7)]
+    monkeypatch.setattr(color_record, "colorless_rooms", lambda root, areas: rooms)
+    assert "none (every point 0 0 0, as prepare recorded): room_0, room_1, room_2, room_3, room_4, and 2 more; " in (
+        color_record.colorless_warning("root", ["Area_1"]))

@@ -34,7 +34,7 @@ from pointgeope.engine.record_keys import predating_note
 from pointgeope.engine.retrain import note_path
 from pointgeope.errors import UserError
 from pointgeope.h5 import prepared_folder_mark
-from pointgeope.plural import agreeing, counted
+from pointgeope.plural import agreeing, counted, first_of
 
 __all__ = ["TRIAL_LOG", "check_reuse", "check_run_dir", "check_trial_folders", "other_trials"]
 
@@ -81,7 +81,7 @@ def check_reuse(trials: list, test_area: int, run_dir: Path, fold: Fold | None =
 
 def _listed(folders: list[Path]) -> str:
     """The first three ``folders``, then how many more."""
-    return " ".join(map(str, folders[:3])) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
+    return first_of(folders, 3, " ")
 
 
 def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: Fold) -> None:

@@ -44,6 +44,7 @@ from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_
 from pointgeope.engine.record_keys import as_recorded, predating_note
 from pointgeope.errors import UserError
 from pointgeope.number_kind import is_whole
+from pointgeope.plural import first_of
 from pointgeope.recorded_text import repr_bounded, setting_repr, setting_text
 from pointgeope.zip_crc import changed_part
 
@@ -364,8 +365,7 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
 
 def describe_differences(diff: list[tuple[str, object, object]], label: str) -> str:
     """``"key: <label> a, now b; ...; and N more"`` of :func:`config_differences` (8 said), for messages."""
-    more = [f"and {len(diff) - 8} more"] if len(diff) > 8 else []
-    return "; ".join([f"{k}: {label} {setting_repr(a)}, now {b!r}" for k, a, b in diff[:8]] + more)  # (a: recorded)
+    return first_of([f"{k}: {label} {setting_repr(a)}, now {b!r}" for k, a, b in diff], 8, "; ")  # (a: recorded)
 
 
 def backbone_of(config: dict) -> str:
