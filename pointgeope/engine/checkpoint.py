@@ -37,32 +37,18 @@ import torch
 from pointgeope.atomic import atomic_open
 from pointgeope.constants import FOLD_NAME
 from pointgeope.denied import denied_line
-from pointgeope.engine.config_choices import unread
+from pointgeope.engine.config_diff import config_differences, describe_differences
 from pointgeope.engine.config_yaml import flatten, value_text
 from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded, predating_note
 from pointgeope.errors import UserError
 from pointgeope.number_kind import is_whole
-from pointgeope.plural import first_of
-from pointgeope.recorded_text import repr_bounded, setting_repr, setting_text
+from pointgeope.recorded_text import repr_bounded, setting_text
 from pointgeope.zip_crc import changed_part
 
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
-
-# Config keys that may differ between a checkpoint and the run that resumes (or evaluates) it: where files
-# live, how fast, in how much memory or how verbosely it runs, and how the final evaluation is done. Any
-# other difference is an error. data.hierarchy (where the point hierarchy is built: the same samples on
-# every backend and place), data.cache (rooms held in memory or read again) and train.cuda_graphs (a step
-# replayed from a graph equals the eager step) change speed and memory only, so a fold interrupted on one
-# machine resumes on another, or with the cache off after running out of memory. train.threads changes the
-# weights too (torch's CPU kernels split their sums by thread): it is free so that a fold resumes on another
-# machine, with a warning (state.py); what states scores names the count (engine/trained_threads.py).
-FREE_KEYS = frozenset({"data.root", "data.num_workers", "data.hierarchy", "data.cache", "train.run_dir", "train.device",
-                       "train.threads", "train.progress", "train.epochs_per_run", "train.checkpoint_every",
-                       "train.cuda_graphs"})
-FREE_SECTIONS = ("eval.",)
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -176,7 +162,7 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
     Args:
         path: the ``.pt`` file.
         config: the resolved config (plain dict) of the run that will use it; when given, every key
-            outside :data:`FREE_KEYS` must match the checkpoint's config.
+            outside :data:`~pointgeope.engine.config_diff.FREE_KEYS` must match the checkpoint's config.
         advice: what the error of a config that differs says to do (training's, by default).
         unreadable: the error of a file torch cannot load, with ``{path}`` and ``{kind}`` (training's, by
             default: delete a damaged last.pt; predict's names its model argument).
@@ -363,38 +349,6 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
             f"{command} tests it with them")
 
 
-def describe_differences(diff: list[tuple[str, object, object]], label: str) -> str:
-    """``"key: <label> a, now b; ...; and N more"`` of :func:`config_differences` (8 said), for messages."""
-    return first_of([f"{k}: {label} {setting_repr(a)}, now {b!r}" for k, a, b in diff], 8, "; ")  # (a: recorded)
-
-
 def backbone_of(config: dict) -> str:
     """The ``model.backbone`` of a config (plain dict); ``ptv1`` for checkpoints written before the key."""
     return (config.get("model") or {}).get("backbone", "ptv1")
-
-
-def config_differences(saved: dict, current: dict) -> list[tuple[str, object, object]]:
-    """``(key, saved value, current value)`` for every non-free key whose values differ; a key that the
-    saved config lacks (written before the key existed) counts as it was then (``record_keys.as_recorded``),
-    else as its default (``Config()``'s). A key that the optimiser, schedule or loss of neither config reads
-    (``config_choices.unread``: ``optim.momentum`` under AdamW in both) is no difference: it changed nothing."""
-    from pointgeope.engine.config import Config, config_to_dict
-
-    saved = as_recorded(saved)
-    return [(key, a, b) for key, a, b in _differences(saved, current, "", config_to_dict(Config()))
-            if not (unread(saved, key) and unread(current, key))]
-
-
-def _differences(saved: dict, current: dict, prefix: str, defaults) -> list[tuple[str, object, object]]:
-    out = []
-    for key in sorted(set(saved) | set(current)):
-        name = f"{prefix}{key}"
-        if name in FREE_KEYS or name.startswith(FREE_SECTIONS):
-            continue
-        default = defaults.get(key) if isinstance(defaults, dict) else None
-        a, b = saved.get(key, default), current.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{name}.", default)
-        elif a != b:
-            out.append((name, a, b))
-    return out

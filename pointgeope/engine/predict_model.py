@@ -39,7 +39,7 @@ DAMAGED_MODEL = ("MODEL {path}: a damaged checkpoint, torch cannot read it ({kin
 # The test-time views of --tta when the run's config has none of its own (eval.tta is a single view).
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)
 # Besides eval.*, the overrides that change how predict runs: free keys of the checkpoint
-# (checkpoint.FREE_KEYS) that predict reads, namely where the point hierarchy is built and torch's CPU
+# (config_diff.FREE_KEYS) that predict reads, namely where the point hierarchy is built and torch's CPU
 # threads. --device chooses the device.
 PREDICT_KEYS = frozenset({"data.hierarchy", "train.threads"})
 

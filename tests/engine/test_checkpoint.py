@@ -12,13 +12,13 @@ import torch
 from pointgeope.engine.checkpoint import (
     CheckpointDenied,
     CheckpointError,
-    config_differences,
     load_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
 from pointgeope.engine.config import Config, config_to_dict, load_config
+from pointgeope.engine.config_diff import config_differences
 from pointgeope.engine.weights import load_model_state
 
 
@@ -369,8 +369,9 @@ def test_a_damaged_setting_of_a_saved_config_is_said_on_one_bounded_line(tmp_pat
     fold's untested eval values (train's log, ablate's report.md) and the differences of a stale trial or a refused
     resume say it as one bounded line, marked. Before: the newline verbatim in the note (a second list item of
     the ablation's report.md) and the thousand characters in the differences."""
-    from pointgeope.engine.checkpoint import describe_differences, untested_eval
+    from pointgeope.engine.checkpoint import untested_eval
     from pointgeope.engine.config import Config, config_to_dict
+    from pointgeope.engine.config_diff import describe_differences
 
     note = untested_eval(tmp_path / "area_1", {"eval": {"max_fragments": "2\n- injected"}}, config_to_dict(Config()))
     assert note.startswith("its test did not use this command's eval.max_fragments=null (it used '2\\n- injected' "
@@ -385,7 +386,7 @@ def test_a_damaged_setting_of_a_saved_config_is_said_on_one_bounded_line(tmp_pat
 def test_differences_past_the_eighth_are_counted():
     """A checkpoint refused for a config of more than 8 differences says the first 8 and how many more (before:
     the first 8 alone, as if they were all: fixed, the next run was refused for the ones not said)."""
-    from pointgeope.engine.checkpoint import describe_differences
+    from pointgeope.engine.config_diff import describe_differences
 
     said = [f"train.k{i}: checkpoint {i}, now {i + 1}" for i in range(8)]
     for n, more in ((8, ""), (9, "; and 1 more"), (12, "; and 4 more")):
