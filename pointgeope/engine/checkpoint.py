@@ -7,7 +7,7 @@ while saving leaves the previous checkpoint intact::
     {"format": "pointgeope-checkpoint", "version": 1,
      "config": {...},                 # the resolved Config as a plain dict
      "model": state_dict, "optimizer": state_dict, "scheduler": state_dict, "scaler": state_dict | None,
-     "rng": [one per rank: {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [...]}],
+     "rng": [one per rank: {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [...]}],  # rng_states
      "epoch": int, "batch": int, "step": int, "best_miou": float,   # engine.state.LoopState
      "epoch_sums": {...},             # the epoch's running sums (engine.epoch_meter; older files: absent)
      "threads": int,                  # torch CPU threads of the run (a resume with another number warns)
@@ -27,11 +27,9 @@ its ``"model"`` weights.
 """
 from __future__ import annotations
 
-import random
 import shlex
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from pointgeope.atomic import atomic_open
@@ -68,35 +66,6 @@ class CheckpointDenied(CheckpointError):
     """A checkpoint this user may not read (EACCES, EPERM), said as what refused it
     (:func:`~pointgeope.denied.denied_line`): the file may be sound, so it is never called damaged, nor its
     fold one to train again."""
-
-
-# --- random number generator states as plain containers ---------------------------------------------------
-
-def rng_state() -> dict:
-    """The states of Python's, NumPy's and torch's (CPU and CUDA) global generators."""
-    return pack_rng(random.getstate(), np.random.get_state(), torch.get_rng_state(),
-                    torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [])
-
-
-def pack_rng(python: tuple, numpy: tuple, cpu: torch.Tensor, cuda: list) -> dict:
-    """Generator states (``random.getstate()``, ``np.random.get_state()``, torch's) as a checkpoint holds them."""
-    (version, internal, gauss), (name, keys, pos, has_gauss, cached) = python, numpy
-    return {"python": [version, list(internal), gauss],
-            "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}, "torch": cpu, "cuda": cuda}
-
-
-def set_rng_state(state: dict) -> None:
-    (version, internal, gauss), n = state["python"], state["numpy"]
-    random.setstate((version, tuple(internal), gauss))
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        # device i takes saved state i (get_rng_state_all: one per device visible when saved). A checkpoint
-        # written where more GPUs were visible (torchrun on 2, a shared node) resumed where fewer are
-        # (CUDA_VISIBLE_DEVICES=0): set_rng_state_all would index a device that is not there (IndexError)
-        torch.cuda.set_rng_state_all(state["cuda"][:torch.cuda.device_count()])
 
 
 # --- saving and loading ------------------------------------------------------------------------------------
