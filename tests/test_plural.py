@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from data_prep.prepare import _ignored_text
+from data_prep.summary import ignored_text
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.info import device_summary
 from pointgeope.plural import counted, first_of, plural
@@ -59,9 +59,9 @@ def test_report_pooled_row_counts_folds():
 
 def test_prepare_ignored_folders_count_files():
     one = (("Area_1/office_1/Annotations/old", 1),)
-    assert _ignored_text(one, "Area_1") == "ignored folders in Annotations 1 (1 file)"
+    assert ignored_text(one, "Area_1") == "ignored folders in Annotations 1 (1 file)"
     two = (("Area_1/office_1/Annotations/old", 1), ("Area_1/office_2/Annotations/old", 1))
-    assert _ignored_text(two, "Area_1") == "ignored folders in Annotations 2 (2 files)"
+    assert ignored_text(two, "Area_1") == "ignored folders in Annotations 2 (2 files)"
 
 
 def test_scan_refusal_says_has_or_have():
