@@ -12,7 +12,8 @@ from data_prep.summary import ignored_text
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.info import device_summary
 from pointgeope.plural import counted, first_of, plural
-from pointgeope.report.runs import FoldResult, RunSummary
+from pointgeope.report.fold_file import FoldResult
+from pointgeope.report.runs import RunSummary
 from pointgeope.report.tables import per_fold_markdown
 from pointgeope.scans.scan import ScanError
 from pointgeope.viz.legend import legend_lines, room_table
@@ -113,7 +114,8 @@ def test_area_check_counts_the_non_finite_points():
 
 
 def test_report_names_refusal_counts_the_names(tmp_path):
-    from pointgeope.report.runs import ReportError, load_runs
+    from pointgeope.report.fold_file import ReportError
+    from pointgeope.report.runs import load_runs
 
     for names, text in ((["a"], "got 1 name: ['a']"), (["a", "b"], "got 2 names: ['a', 'b']")):
         with pytest.raises(ReportError) as caught:

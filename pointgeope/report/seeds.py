@@ -29,7 +29,8 @@ from pointgeope.constants import CLASS_NAMES
 from pointgeope.decimals import decimal_difference, decimal_mean, decimal_std
 from pointgeope.errors import UserError
 from pointgeope.plural import first_of
-from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
+from pointgeope.report.fold_file import ReportError, same_class_names
+from pointgeope.report.runs import RunSummary, fold_dir, load_run
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
