@@ -26,6 +26,8 @@ from pointgeope.report.settings import fold_settings
 
 __all__ = ["ReportError", "FoldResult", "read_fold", "same_class_names"]
 
+AGAIN = "evaluate the fold again (pointgeope evaluate RUN/area_K)"  # what a damaged metrics.json asks for: a new one
+
 
 class ReportError(UserError, ValueError):
     """A run folder or metrics file that the report cannot use; the message names it."""
@@ -61,11 +63,9 @@ def _load_json(path: Path) -> tuple[dict, str]:
         raw = path.read_bytes()
         data = json_text.loads(raw)
     except json.JSONDecodeError as err:
-        raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); evaluate the fold again "
-                          "(pointgeope evaluate RUN/area_K)") from None
+        raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); {AGAIN}") from None
     except UnicodeDecodeError:
-        raise ReportError(f"{path}: not a text file (damaged?); evaluate the fold again "
-                          "(pointgeope evaluate RUN/area_K)") from None
+        raise ReportError(f"{path}: not a text file (damaged?); {AGAIN}") from None
     if not isinstance(data, dict):
         raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data, f"sha256:{hashlib.sha256(raw).hexdigest()}"
@@ -109,17 +109,15 @@ def _confusion(value, path: Path, c: int) -> np.ndarray:
     """The ``(C, C)`` counts of a metrics file's ``confusion``, checked entry by entry as JSON gives them (a
     ``true`` would count as 1 in numpy); a ReportError naming the first bad entry, or a matrix of no point."""
     expected = f"expected 'confusion' as {c} x {c} non-negative integer counts"
-    again = "; evaluate the fold again (pointgeope evaluate RUN/area_K)"  # it writes the file anew
     if not (isinstance(value, list) and len(value) == c and all(isinstance(r, list) and len(r) == c for r in value)):
-        raise ReportError(f"{path}: {expected}, got shape {np.asarray(value, dtype=object).shape}{again}")
+        raise ReportError(f"{path}: {expected}, got shape {np.asarray(value, dtype=object).shape}; {AGAIN}")
     for i, row in enumerate(value):
         for j, x in enumerate(row):
             if not is_whole(x) or not 0 <= x < 2**62:
-                raise ReportError(f"{path}: {expected}, got {bounded(json.dumps(x))} at [{i}][{j}]{again}")
+                raise ReportError(f"{path}: {expected}, got {bounded(json.dumps(x))} at [{i}][{j}]; {AGAIN}")
     confusion = np.asarray(value, dtype=np.int64)
     if not confusion.any():
-        raise ReportError(f"{path}: 'confusion' counts no point; evaluate the fold again (pointgeope evaluate "
-                          "RUN/area_K)")
+        raise ReportError(f"{path}: 'confusion' counts no point; {AGAIN}")
     return confusion
 
 
@@ -129,7 +127,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     area, recorded = f"Area_{fold}", data.get("fold", fold)
     if not is_whole(recorded):  # null, "x", 1.7, true: int() took or crashed
         raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {bounded(json.dumps(recorded))}; "
-                          "evaluate the fold again (pointgeope evaluate RUN/area_K)")
+                          f"{AGAIN}")
     if data.get("area", area) != area or recorded != fold:
         why = (f"; a fold's file in another fold's folder: evaluate the fold again (pointgeope evaluate "
                f"{path.parent})" if recorded != fold else
@@ -139,8 +137,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
                           f"got area={repr_bounded(data.get('area'))} fold={repr_bounded(data.get('fold'))}{why}")
     if not isinstance(data.get("complete"), bool):  # "true" (a string) read as unfinished; none: a damaged file
         got = bounded(json.dumps(data["complete"])) if "complete" in data else "no such key"  # (always written)
-        raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
-                          "(pointgeope evaluate RUN/area_K)")
+        raise ReportError(f"{path}: expected 'complete' true or false, got {got}; {AGAIN}")
     if data.get("complete") is not True:  # an evaluation of an interrupted training: flagged, never pooled
         trained, epochs = data.get("trained_epochs"), data.get("epochs")   # one line of report.md each: said bounded
         return None, (f"unfinished: trained {recorded_text(trained, int)} of {recorded_text(epochs, int)} epochs"
