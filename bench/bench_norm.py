@@ -99,7 +99,7 @@ def padded_case(rows: int, width: int, dtype: torch.dtype, device: torch.device,
         return run
     sides = {f"eager {path}": step(path) for path in ("torch", "triton")}
     if device.type == "cuda":
-        sides.update({f"graph {path}": graphed(step(path), device) for path in ("torch", "triton")})
+        sides.update({f"graph {path}": graphed(step(path), module, device) for path in ("torch", "triton")})
     out, seconds = {}, {side: [] for side in sides}
     for _ in range(reps):
         for side, fn in sides.items():
@@ -117,23 +117,18 @@ def padded_case(rows: int, width: int, dtype: torch.dtype, device: torch.device,
     return row
 
 
-def graphed(run, device: torch.device):
-    """``run`` (forward + backward of one side) captured in a CUDA graph after three eager runs on a side stream,
-    as ``engine/graphs.py`` records the step; returns the replay, which answers ``run``'s (static) outputs."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            run()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = run()
+def graphed(run, module: torch.nn.Module, device: torch.device):
+    """``run`` (forward + backward of one side of ``module``) recorded as ``engine/graphs.py`` records the step,
+    by its recorder (``CudaRecorder``: warm-up passes on a side stream, then the capture); returns the replay,
+    which answers ``run``'s (static) outputs."""
+    from pointgeope.engine.graphs import CudaRecorder
 
-    def replay():
-        graph.replay()
+    replay, out = CudaRecorder(device).record(run, module, before=lambda: None)
+
+    def answered():
+        replay()
         return out
-    return replay
+    return answered
 
 
 def agreement(fused: tuple, reference: tuple, relu: bool = True) -> dict:

@@ -1,5 +1,5 @@
 """Benchmark: the ops a training step dispatches and its seconds, with GeoPE's rotation tables built once per
-stage (``rotation.shared_tables``, the default) against once per layer (as before).
+stage (``stage_memo.shared``, the default) against once per layer (as before).
 
 On a GPU every dispatched op that is not a view is (at least) one kernel launch, and at 2 x 80k points the
 published step waits on its launches: about 30 us of host time each, 2,624 for ``rpe`` and 3,470 for
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_io import git_commit, save_json, tree_dirty
 from bench_train_step import make_inputs, sgd_learner, step_batch
 from pointgeope.engine.step import train_step
-from pointgeope.model import PointTransformerSeg, network
+from pointgeope.model import PointTransformerSeg, stage_memo
 
 # views and metadata: no kernel on a GPU
 NO_KERNEL = {"view", "_unsafe_view", "expand", "permute", "t", "transpose", "unsqueeze", "squeeze", "select",
@@ -68,18 +68,18 @@ class Step:
 
 def ways(shared: bool):
     """The tables (and, since `stage_memo`, the pair displacements) shared per stage (the network's own
-    ``shared_tables``) or built per layer."""
+    ``stage_memo.shared``) or built per layer."""
     return contextlib.nullcontext() if shared else _per_layer()
 
 
 @contextlib.contextmanager
 def _per_layer():
-    own = network.shared_tables
-    network.shared_tables = contextlib.nullcontext
+    own = stage_memo.shared
+    stage_memo.shared = contextlib.nullcontext
     try:
         yield
     finally:
-        network.shared_tables = own
+        stage_memo.shared = own
 
 
 def measure(preset: str, batch, reps: int, threads: list[int]) -> dict:

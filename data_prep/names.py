@@ -13,10 +13,10 @@ import zipfile
 from pathlib import PurePosixPath
 from shlex import quote
 
+from pointgeope.constants import AREA_NAME
 from pointgeope.errors import UserError
-from pointgeope.plural import agreeing
+from pointgeope.plural import agreeing, first_of
 
-AREA = re.compile(r"Area_(\d+)")
 # area_1, AREA_1, Area 1, Area_1_Aligned (S3DIS's aligned version named in its folder): named, not read
 LIKE_AREA = re.compile(r"area[ _-]?(\d+)(?:[ _-]aligned)?", re.IGNORECASE)
 # an area's zip inside RAW, not opened: Area_3.zip, in any case or spelling of LIKE_AREA (area_3.zip, AREA 3.ZIP,
@@ -66,7 +66,7 @@ def is_junk(path: str) -> bool:
 
 def area_number(area: str) -> int:
     """``N`` of ``Area_N`` (``Area_01`` is 1)."""
-    return int(AREA.fullmatch(area).group(1))
+    return int(AREA_NAME.fullmatch(area).group(1))
 
 
 def misnamed_area(parts: list[str]) -> set[str]:
@@ -154,7 +154,7 @@ def _left_out(location: str, found: list[str], what: str, action: str, areas: di
 
 def shown_paths(paths: list[str]) -> str:
     """``paths`` for a line: the first five, then how many more."""
-    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return first_of(paths, 5)
 
 
 def _unpack_command(path: PurePosixPath, folder: str) -> str:

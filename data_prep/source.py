@@ -35,7 +35,6 @@ from pathlib import Path
 
 from data_prep.limits import ZipLimits
 from data_prep.names import (
-    AREA,
     SourceError,
     add_area,
     archive_files,
@@ -55,6 +54,7 @@ from data_prep.names import (
     shown_paths,
     warn_likely_areas,
 )
+from pointgeope.constants import AREA_NAME
 from pointgeope.plural import agreeing, counted
 from pointgeope.recorded_text import repr_bounded
 
@@ -134,11 +134,11 @@ class Source:
         for entry in entries:
             parts = entry.path.strip("/").split("/")
             if is_junk(entry.path):
-                if entry.is_dir and len(parts) >= 2 and AREA.fullmatch(parts[-2]) and parts[-1].startswith("."):
+                if entry.is_dir and len(parts) >= 2 and AREA_NAME.fullmatch(parts[-2]) and parts[-1].startswith("."):
                     hidden.append(entry.path)
                 continue
             check_name(self.location, entry.path)
-            at = next((i for i, part in enumerate(parts) if AREA.fullmatch(part)), None)
+            at = next((i for i, part in enumerate(parts) if AREA_NAME.fullmatch(part)), None)
             if at is None:
                 misnamed.update(misnamed_area(parts))
                 continue
@@ -204,10 +204,10 @@ class Source:
         parent), or its names hold backslashes (a Windows zip unpacked as is), or it holds a file that may be an
         area's archive by its name (``likely``, :func:`data_prep.names.likely_areas`), or what RAW holds."""
         start = f"{self.location}: expected Area_N folders (raw S3DIS v1.2 layout), found none"
-        if AREA.fullmatch(Path(self.location).name):
+        if AREA_NAME.fullmatch(Path(self.location).name):
             return f"{start}: RAW is itself one; give its parent folder, {Path(self.location).parent}"
         names = sorted({e.path.split("/")[0] for e in entries if not is_junk(e.path)})
-        if any(AREA.search(name) and "\\" in name for name in names):
+        if any(AREA_NAME.search(name) and "\\" in name for name in names):
             return (f"{start}; its names hold '\\' separators (a zip made on Windows, unpacked by a tool that kept "
                     "them): give the .zip itself, or unpack it with `unzip`")
         if self.unreadable:
@@ -261,7 +261,7 @@ class FolderSource(Source):
     def _unreadable(self, err: OSError) -> None:
         """``os.walk``'s ``onerror`` (see :meth:`entries`)."""
         parts = Path(err.filename).relative_to(self.root).parts
-        if not parts or any(AREA.fullmatch(part) for part in parts):
+        if not parts or any(AREA_NAME.fullmatch(part) for part in parts):
             raise SourceError(f"{err.filename}: cannot be read ({err.strerror or err}); check its permissions "
                               "(ls -ld), or ask its owner") from None
         self.unreadable += (f"{err.filename} ({err.strerror or err})",)
@@ -328,7 +328,7 @@ class ZipSource(Source):
                                   "each file once (re-create the zip)")
             seen.add(name)
             link = stat.S_ISLNK(info.external_attr >> 16)  # the Unix mode in the high bits
-            if link and not is_junk(name) and any(AREA.fullmatch(p) for p in name.split("/")):
+            if link and not is_junk(name) and any(AREA_NAME.fullmatch(p) for p in name.split("/")):
                 self._refuse_link(name, info)
         self._index(infos)
         return [Entry(name.rstrip("/"), i.file_size, i.CRC, name.endswith("/")) for name, i in self._infos.items()

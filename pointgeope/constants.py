@@ -20,6 +20,10 @@ AREAS: tuple[str, ...] = tuple(f"Area_{k}" for k in range(1, 7))
 # test sizes follow from them (bench/fold_estimate.py). Prepare and the loaders read the rooms that are there.
 AREA_ROOMS: dict[str, int] = {"Area_1": 44, "Area_2": 40, "Area_3": 23, "Area_4": 49, "Area_5": 68, "Area_6": 48}
 
+# An area's name, Area_N (S3DIS's folders, prepare's Area_N.h5 files and their root attribute "area"): group 1
+# is N. The one rule of it: prepare's raw tree (data_prep.names), the prepared files (h5), the viewer.
+AREA_NAME = re.compile(r"Area_(\d+)")
+
 # A run's fold folder, RUN/area_K (train --test-area K writes it; evaluate, predict and the viewer know it by
 # this name): group 1 is K.
 FOLD_NAME = re.compile(r"area_(\d+)")

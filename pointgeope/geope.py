@@ -305,7 +305,7 @@ class BlockScale(nn.Module):
         """``k_b`` in ``dtype`` on ``device`` (a function of ``freq`` when learnable). Fixed ones are made once
         per device, dtype and settings and kept (not in the ``state_dict``): a copy from the host at every call
         would wait for a GPU's queue to drain. Modules of equal settings share the one tensor, so the layers
-        of a stage share their rotation tables (``pointgeope.model.rotation.shared_tables``)."""
+        of a stage share their rotation tables (``pointgeope.model.stage_memo.shared``)."""
         if self.freq is not None:
             return self.freq.to(device, dtype) * self.pos_scale / self.axes
         key = (torch.device(device), dtype, self.channels, self.base, self.pos_scale, self.axes)

@@ -35,14 +35,13 @@ check: a file named ``Area_N.h5`` must hold area ``Area_N``); a file this versio
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT
+from pointgeope.constants import AREA_NAME, CLASS_NAMES, MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
 from pointgeope.h5_file import create_file, from_attr, new_group, to_attr
 from pointgeope.number_kind import is_integer
@@ -62,12 +61,17 @@ OPTIONAL_ARRAYS: dict[str, tuple[type, int | None]] = {NORMAL: (np.float16, 3)}
 # Arrays estimated from the others (not measured): out of the points checksum (pointgeope.checksum).
 DERIVED_ARRAYS = (NORMAL,)
 SCAN_PREDICTIONS = "scan-predictions"  # root attr kind of a scan's predictions (label 255: unknown)
-_AREA_FILE = re.compile(r"Area_\d+\.h5")  # the names area_path gives; open_area checks their identity
 AGAIN = "run `pointgeope prepare` again"  # what a defect of an area file asks for (prepare rebuilds the file)
 
 
 class SchemaError(UserError, ValueError):
     """A prepared file that this version of pointgeope cannot read."""
+
+
+def _area_file(path: Path) -> bool:
+    """Whether ``path`` is named as :func:`area_path` names an area's file, ``Area_N.h5`` (``open_area`` checks
+    its identity)."""
+    return path.suffix == ".h5" and AREA_NAME.fullmatch(path.stem) is not None
 
 
 def area_path(root: str | Path, area: str) -> Path:
@@ -81,7 +85,7 @@ def prepared_root(path: str | Path) -> Path | None:
     it reads. ``None`` for any other name (a scan's predictions, a file a user named), which no prepare
     replaces."""
     path = Path(path)
-    return path.parent if _AREA_FILE.fullmatch(path.name) else None
+    return path.parent if _area_file(path) else None
 
 
 def prepared_folder_mark(folder: str | Path) -> str | None:
@@ -137,7 +141,7 @@ def _root_problem(path: Path, f: h5py.File) -> str | None:
     if version is None or int(version) != SCHEMA_VERSION:
         return (f"{path}: expected schema_version {SCHEMA_VERSION}, got {version}; re-run `pointgeope prepare` "
                 "with this version of pointgeope")
-    if not _AREA_FILE.fullmatch(path.name) or from_attr(f.attrs.get("area")) == path.stem:
+    if not _area_file(path) or from_attr(f.attrs.get("area")) == path.stem:
         return None
     held = from_attr(f.attrs.get("area"))
     return (f"{path}: holds {repr_bounded(held, 80)} (its 'area' attribute), expected {path.stem!r} by its name: a "
@@ -188,17 +192,18 @@ def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) ->
     return members
 
 
-def checked_rooms(f: h5py.File, keys: Iterable[str] | None = None,
-                  skip: Iterable[str] = ()) -> dict[str, tuple[h5py.Group, dict[str, h5py.Dataset]]]:
+def checked_rooms(f: h5py.File, keys: Iterable[str] | None = None, skip: Iterable[str] = (),
+                  again: str = AGAIN) -> dict[str, tuple[h5py.Group, dict[str, h5py.Dataset]]]:
     """Room -> ``(group, members)`` of every room of an open area file, in file order: its group
     (:func:`room_group`) and its members ``keys`` (every member but ``skip`` where ``None``) opened and checked
-    (:func:`check_members`). The one walk over a file's rooms of :func:`list_rooms`, :func:`read_rooms_attrs`
-    and the points checksum."""
+    (:func:`check_members`), a refusal ending with ``again``. The one walk over a file's rooms of
+    :func:`list_rooms`, :func:`read_rooms_attrs`, the points checksum and the area check
+    (``pointgeope.data.check``)."""
     rooms = {}
     for room in f:
-        group = room_group(f, room)
+        group = room_group(f, room, again)
         names = list(group) if keys is None else keys
-        rooms[room] = group, check_members(group, [name for name in names if name not in skip])
+        rooms[room] = group, check_members(group, [name for name in names if name not in skip], again)
     return rooms
 
 

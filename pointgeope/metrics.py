@@ -51,6 +51,7 @@ import numpy as np
 
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
 from pointgeope.decimals import decimal_mean
+from pointgeope.plural import first_of
 
 SCORE_KEYS = ("oa", "macc", "miou")
 CLASS_MEAN_TEXT = {  # the rules of mAcc / mIoU (``class_mean``), each with the line reports print
@@ -61,8 +62,8 @@ CLASS_MEANS = tuple(CLASS_MEAN_TEXT)
 
 
 def _listed(labels: list) -> str:
-    """The first ten of ``labels`` (the distinct ones out of range, sorted), then ``...`` where there are more."""
-    return ", ".join(map(str, labels[:10])) + (", ..." if len(labels) > 10 else "")
+    """The first ten of ``labels`` (the distinct ones out of range, sorted), then how many more."""
+    return first_of(labels, 10)
 
 
 def _check_labels(values: np.ndarray, num_classes: int, what: str) -> None:

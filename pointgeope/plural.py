@@ -3,9 +3,11 @@
 The one place the toolkit's output lines make a plural, so that no line reads ``1 threads``. English plurals of
 the nouns these lines count: ``+s``, ``+es`` after s/x/ch/sh (``class`` -> ``classes``, ``batch`` ->
 ``batches``); an irregular noun passes its plural (``counted(n, "process", "processes")`` is the same rule;
-``counted(n, "index", "indices")`` is not).
+``counted(n, "index", "indices")`` is not). The first few of a list and how many more: :func:`first_of`.
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 
 def plural(noun: str) -> str:
@@ -25,3 +27,15 @@ def agreeing(n: int, one: str, many: str) -> str:
     ``many``. For the verbs and pronouns of :func:`counted`'s noun: ``f"{counted(n, 'trial')} failed; see
     {agreeing(n, 'its', 'their')} train.log"``, ``f"{names} {agreeing(len(names), 'differs', 'differ')}"``."""
     return one if n == 1 else many
+
+
+def first_of(items: Iterable[object], most: int, sep: str = ", ", noun: str | None = None) -> str:
+    """The first ``most`` of ``items`` (each as ``str`` writes it) joined by ``sep``, then how many more as one
+    entry more (of ``noun``, where given): ``first_of("abcdefg", 3) == "a, b, c, and 4 more"``,
+    ``first_of("ab", 3) == "a, b"``, ``first_of(keys, 1, noun="key") == "a, and 1 more key"``, ``first_of(paths,
+    3, " ")`` (a shell's list), ``first_of(diffs, 8, "; ")``. The one way a line says a list it does not say
+    whole: no line cuts one with a bare ``...`` that leaves the count out."""
+    items = [str(item) for item in items]
+    left = len(items) - most
+    more = "more" if noun is None else f"more {noun if left == 1 else plural(noun)}"
+    return sep.join(items[:most] + ([f"and {left:,} {more}"] if left > 0 else []))

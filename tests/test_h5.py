@@ -198,3 +198,16 @@ def test_viz_of_a_foreign_hdf5_is_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"pointgeope viz: error: {path}: expected schema_version 1 (an integer), got '2.1': not a file of "
         "`pointgeope prepare`; give a prepared area file (data.root/Area_N.h5)"], done.stderr
+
+
+def test_an_area_file_is_named_by_the_one_area_name_rule(tmp_path):
+    """``constants.AREA_NAME`` is the one rule of an area's name (prepare's raw tree, the prepared files, the
+    viewer): a file is a prepared area's (its folder a data root) exactly where it is such a name and ``.h5``."""
+    from pointgeope.constants import AREA_NAME
+
+    for name, area in (("Area_1.h5", True), ("Area_12.h5", True), ("Area_01.h5", True), ("area_1.h5", False),
+                       ("Area_1.h5.bak", False), ("Area_1_aligned.h5", False), ("Area_.h5", False),
+                       ("Area_1.H5", False), ("Area_1.hdf5", False)):
+        assert (h5.prepared_root(tmp_path / name) == tmp_path) is area, name
+    assert [AREA_NAME.fullmatch(s) is not None for s in ("Area_3", "Area_03", "area_3", "Area_3_Aligned", "Area")] == [
+        True, True, False, False, False]

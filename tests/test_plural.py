@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from data_prep.prepare import _ignored_text
+from data_prep.summary import ignored_text
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.info import device_summary
-from pointgeope.plural import counted, plural
-from pointgeope.report.runs import FoldResult, RunSummary
+from pointgeope.plural import counted, first_of, plural
+from pointgeope.report.fold_file import FoldResult
+from pointgeope.report.runs import RunSummary
 from pointgeope.report.tables import per_fold_markdown
 from pointgeope.scans.scan import ScanError
 from pointgeope.viz.legend import legend_lines, room_table
@@ -59,9 +60,9 @@ def test_report_pooled_row_counts_folds():
 
 def test_prepare_ignored_folders_count_files():
     one = (("Area_1/office_1/Annotations/old", 1),)
-    assert _ignored_text(one, "Area_1") == "ignored folders in Annotations 1 (1 file)"
+    assert ignored_text(one, "Area_1") == "ignored folders in Annotations 1 (1 file)"
     two = (("Area_1/office_1/Annotations/old", 1), ("Area_1/office_2/Annotations/old", 1))
-    assert _ignored_text(two, "Area_1") == "ignored folders in Annotations 2 (2 files)"
+    assert ignored_text(two, "Area_1") == "ignored folders in Annotations 2 (2 files)"
 
 
 def test_scan_refusal_says_has_or_have():
@@ -98,7 +99,7 @@ def test_area_check_counts_the_non_finite_points():
 
     from pointgeope.data.check import check_room
     from pointgeope.errors import UserError
-    from pointgeope.h5 import write_room
+    from pointgeope.h5 import check_members, write_room
 
     for bad, text in ((1, "r: 1 point with a non-finite coordinate"), (2, "r: 2 points with a non-finite coordinate")):
         coord = np.zeros((4, 3), np.float32)
@@ -108,12 +109,13 @@ def test_area_check_counts_the_non_finite_points():
         with h5py.File(f"mem{bad}.h5", "w", driver="core", backing_store=False) as f:
             write_room(f, "r", arrays, {"num_points": 4})
             with pytest.raises(UserError) as caught:
-                check_room("r", f["r"], 1000.0, NUM_CLASSES)
+                check_room("r", check_members(f["r"], list(f["r"])), 1000.0, NUM_CLASSES)
         assert str(caught.value).startswith(text)
 
 
 def test_report_names_refusal_counts_the_names(tmp_path):
-    from pointgeope.report.runs import ReportError, load_runs
+    from pointgeope.report.fold_file import ReportError
+    from pointgeope.report.runs import load_runs
 
     for names, text in ((["a"], "got 1 name: ['a']"), (["a", "b"], "got 2 names: ['a', 'b']")):
         with pytest.raises(ReportError) as caught:
@@ -163,3 +165,33 @@ def test_the_report_counts_the_keys_it_leaves_out():
     assert mixed_text(mixed, limit=2).endswith(" and 1 more key")
     assert mixed_text(mixed, limit=1).endswith(" and 2 more keys")
 
+
+
+def test_first_of_says_the_head_of_a_list_and_how_many_more():
+    """The one wording of a list said in part: the head joined as the line joins it, then ``and N more`` as one
+    entry more (of its noun, in the right number), nothing where the list is said whole."""
+    letters = [chr(ord("a") + i) for i in range(12)]
+    assert first_of(letters, 5) == "a, b, c, d, e, and 7 more"
+    assert first_of(letters[:6], 5) == "a, b, c, d, e, and 1 more"
+    assert first_of(letters[:5], 5) == first_of(letters[:5], 9) == "a, b, c, d, e"
+    assert first_of([], 5) == ""
+    assert first_of((n for n in range(4)), 2, "; ") == "0; 1; and 2 more"
+    assert first_of(["x", "y", "z"], 2, " ") == "x y and 1 more"
+    assert first_of(["x", "y", "z"], 2, noun="key") == "x, y, and 1 more key"
+    assert first_of(["x", "y", "z"], 1, noun="class") == "x, and 2 more classes"
+    assert first_of(range(2002), 1) == "0, and 2,001 more"
+
+
+def test_the_lines_that_say_a_list_in_part_say_how_many_more(monkeypatch):
+    """The labels out of range of a confusion matrix (10 shown) and the colourless rooms of a training run (5
+    shown) ended with ``...``, the count of the rest left out; each says it."""
+    from pointgeope import metrics
+    from pointgeope.data import color_record
+
+    with pytest.raises(ValueError) as caught:
+        metrics.confusion_matrix(np.arange(20, 33), np.zeros(13, np.int64), 13)
+    assert "20, 21, 22, 23, 24, 25, 26, 27, 28, 29, and 3 more" in str(caught.value)
+    rooms = [f"room_{i}" for i in range(7)]
+    monkeypatch.setattr(color_record, "colorless_rooms", lambda root, areas: rooms)
+    assert "none (every point 0 0 0, as prepare recorded): room_0, room_1, room_2, room_3, room_4, and 2 more; " in (
+        color_record.colorless_warning("root", ["Area_1"]))

@@ -31,7 +31,8 @@ import pytest
 from pointgeope import cli
 from pointgeope.constants import CLASS_NAMES, NUM_CLASSES
 from pointgeope.report import default_out, write_report
-from pointgeope.report.runs import ReportError, load_run, load_runs
+from pointgeope.report.fold_file import ReportError
+from pointgeope.report.runs import load_run, load_runs
 from pointgeope.report.tables import summary_markdown
 
 C = NUM_CLASSES

@@ -132,7 +132,8 @@ def test_names_told_apart_by_spaces_alone_are_refused(tmp_path, capsys, names):
 def test_a_refused_name_is_said_in_a_bounded_line(tmp_path):
     """Before: a refused name, or the list of names, was said whole: a name of 10,000 characters made a refusal
     line as long."""
-    from pointgeope.report.runs import ReportError, load_runs
+    from pointgeope.report.fold_file import ReportError
+    from pointgeope.report.runs import load_runs
 
     runs = [tmp_path / "a", tmp_path / "b"]
     cases = [(["x" * 10_000 + "\n", "b"], "x" * 10_000 + "\n"),     # the name refused

@@ -10,7 +10,8 @@ import pytest
 
 from pointgeope import cli
 from pointgeope.constants import NUM_CLASSES
-from pointgeope.report.runs import ReportError, load_run
+from pointgeope.report.fold_file import ReportError
+from pointgeope.report.runs import load_run
 from tests.test_report import make_runs, perfect, write_fold
 
 C = NUM_CLASSES

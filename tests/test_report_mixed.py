@@ -10,7 +10,8 @@ import yaml
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.config import config_to_dict, load_config
-from pointgeope.report.runs import ReportError, load_run
+from pointgeope.report.fold_file import ReportError
+from pointgeope.report.runs import load_run
 from tests.test_report import perfect, write_fold
 
 

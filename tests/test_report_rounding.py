@@ -91,7 +91,8 @@ def test_a_difference_that_is_a_tie_rounds_half_up_as_its_scores_do(tmp_path):
 def test_an_ablations_difference_of_means_that_is_a_tie_rounds_half_up():
     from pathlib import Path
 
-    from pointgeope.report.runs import FoldResult, RunSummary
+    from pointgeope.report.fold_file import FoldResult
+    from pointgeope.report.runs import RunSummary
     from pointgeope.report.seeds import Variant, ablation_markdown
 
     def variant(name, right):                                 # 80 points of class 0, ``right`` of them right

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from pointgeope.constants import NUM_CLASSES
-from pointgeope.report.runs import FoldResult, RunSummary
+from pointgeope.report.fold_file import FoldResult
+from pointgeope.report.runs import RunSummary
 from pointgeope.report.seeds import Variant, ablation_csv, ablation_json, ablation_markdown, spread, write_ablation
 
 

@@ -10,8 +10,8 @@ the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (a
 - its root attribute ``area`` equals its name (``Area_1.h5`` holds ``Area_1``; :func:`pointgeope.h5.open_area`);
 - it opens as HDF5 with this schema version, and holds at least one room;
 - each room is a group of arrays only, each under its one name (no link, to nothing, in a loop or to another
-  room's points: :func:`pointgeope.h5.room_group`, :func:`pointgeope.h5.check_members`, the owners of that
-  check, which the points checksum and the readers of a room share), and has ``coord``
+  room's points: :func:`pointgeope.h5.checked_rooms`, the owner of that walk and check, which the points
+  checksum and the readers of a room share), and has ``coord``
   float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``, ``instance`` int32 ``(N,)`` with
   ``N >= 1``, every coordinate finite, ``normal`` float16 ``(N, 3)`` finite and of unit length where the room
   has it (files of an older prepare have none), an extent within the limit the file was prepared with (root
@@ -38,10 +38,9 @@ from pointgeope.h5 import (
     SchemaError,
     area_max_extent,
     area_path,
-    check_members,
+    checked_rooms,
     is_scan_predictions,
     open_area,
-    room_group,
 )
 from pointgeope.limit_text import past_limit
 from pointgeope.plural import counted
@@ -91,15 +90,15 @@ def manifest_checksums(root: str | Path) -> dict[str, str]:
     return checksums
 
 
-def check_room(where: str, group, max_extent: float, num_classes: int, unlabelled: bool = False,
+def check_room(where: str, members: dict, max_extent: float, num_classes: int, unlabelled: bool = False,
                again: str = _AGAIN) -> int:
-    """Check one room group (see the module docstring); returns its number of points. ``unlabelled``: the
-    ignore label 255 is allowed too (a scan's predictions file, whose ground truth is unknown). ``again``: what
-    a refusal tells the user to do (:func:`_advice`)."""
-    missing = [key for key in ROOM_ARRAYS if key not in group]
+    """Check one room's ``members`` (name -> dataset: every member of its group, opened and checked to be arrays,
+    :func:`pointgeope.h5.checked_rooms`; see the module docstring); returns its number of points.
+    ``unlabelled``: the ignore label 255 is allowed too (a scan's predictions file, whose ground truth is
+    unknown). ``again``: what a refusal tells the user to do (:func:`_advice`)."""
+    missing = [key for key in ROOM_ARRAYS if key not in members]
     if missing:
         raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {again}")
-    members = check_members(group, list(group), again)  # every member (prepare writes arrays only), opened once
     lengths = {key: members[key].shape[0] if members[key].ndim else "no" for key in ROOM_ARRAYS}
     if len(set(lengths.values())) > 1:  # named by length: the shape check below took the labels' as right
         raise SchemaError(f"{where}: expected one entry per point in each array, got "
@@ -179,8 +178,8 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
                 got = repr_bounded(getattr(raw, "tolist", lambda: raw)(), 80)
                 raise SchemaError(f"{path}: expected a positive max_extent (its attribute: the room size limit "
                                   f"of prepare, metres), got {got}; {again}")
-            rooms = {name: check_room(f"{path}: room {name!r}", room_group(f, name, again), max_extent, num_classes,
-                                      scan, again) for name in f}
+            rooms = {name: check_room(f"{path}: room {name!r}", members, max_extent, num_classes, scan, again)
+                     for name, (_, members) in checked_rooms(f, again=again).items()}   # every member: arrays only
         except SchemaError:
             raise
         except (OSError, KeyError, ValueError, TypeError, AttributeError) as err:

@@ -35,12 +35,12 @@ def colorless_rooms(root: str | Path, areas: list[str]) -> list[str]:
 def colorless_warning(root: str | Path, areas: list[str]) -> str | None:
     """The one warning line of a run fed colour that trains on ``areas``, when prepare recorded rooms of them
     without colour; ``None`` otherwise."""
-    from pointgeope.plural import agreeing, counted
+    from pointgeope.plural import agreeing, counted, first_of
 
     rooms = colorless_rooms(root, areas)
     if not rooms:
         return None
-    shown = ", ".join(rooms[:5]) + (", ..." if len(rooms) > 5 else "")
+    shown = first_of(rooms, 5)
     return (f"warning: data.color feeds colour, but {counted(len(rooms), 'training room')} "
             f"{agreeing(len(rooms), 'has', 'have')} none (every point 0 0 0, as prepare recorded): {shown}; "
             "the network learns them as black rooms (data.color=false trains on geometry alone)")

@@ -1,7 +1,8 @@
 """Training, cross-validation and full-resolution evaluation: where the data and the model meet.
 
 * :mod:`~pointgeope.engine.config`      typed run configuration (YAML files, ``base:`` includes, overrides)
-* :mod:`~pointgeope.engine.checkpoint`  atomic, ``weights_only``-loadable checkpoints and RNG states
+* :mod:`~pointgeope.engine.checkpoint`  atomic, ``weights_only``-loadable checkpoints
+* :mod:`~pointgeope.engine.rng_states`  the generators' states a checkpoint holds, one per rank, and a resumed rank's
 * :mod:`~pointgeope.engine.distributed` DDP set-up from the ``torchrun`` environment
 * :mod:`~pointgeope.engine.build`       model, optimiser, scheduler, mixed precision and data from a config
 * :mod:`~pointgeope.engine.state`       what a fold's checkpoint saves and restores (loop state, learner, RNG)

@@ -283,13 +283,14 @@ def stale(trial: Trial, test_area: int) -> str | None:
     before evaluate recorded them) the fold's training's (:func:`~pointgeope.engine.checkpoint.fold_config`:
     its ``config.yaml``, else its checkpoint's; its test's ``eval.*`` are then not known); compared with
     :attr:`Trial.config` (resolved before the trials ran) by the rules a rerun of ``train`` applies
-    (:func:`~pointgeope.engine.checkpoint.config_differences` for the keys that must match, as a resume checks
+    (:func:`~pointgeope.engine.config_diff.config_differences` for the keys that must match, as a resume checks
     them; :func:`~pointgeope.engine.checkpoint.untested_eval` for the ``eval.*`` keys that ``train`` does not
     apply to a complete fold). ``""`` also where the fold has no readable ``metrics.json`` (the report names
     the trial missing); ``None`` where neither it nor the fold's ``config.yaml`` or checkpoints record a
     config."""
     from pointgeope import json_text
-    from pointgeope.engine.checkpoint import config_differences, describe_differences, fold_config, untested_eval
+    from pointgeope.engine.checkpoint import fold_config, untested_eval
+    from pointgeope.engine.config_diff import config_differences, describe_differences
 
     folder = trial.folder / fold_folder_name(test_area)
     try:

@@ -4,7 +4,7 @@ trials that ``train`` would refuse (:func:`check_reuse`), trials outside this co
 
 A trial's fold folder ``RUN/<preset>/seed_<s>/area_K`` with a ``last.pt`` is resumed (unfinished) or
 skipped (complete) by ``pointgeope train`` only when the config ``last.pt`` was written with has no
-difference from the trial's (:func:`~pointgeope.engine.checkpoint.config_differences`, the keys a resume must
+difference from the trial's (:func:`~pointgeope.engine.config_diff.config_differences`, the keys a resume must
 match; free keys such as ``train.threads`` and the ``eval.*`` keys aside). Otherwise train refuses it with
 the advice of its own ``--force``, which ``ablate`` does not have: a rerun of an ablation with another
 ``train.epochs`` started every trial only to see each refused. So does train refuse a fold trained on other
@@ -26,15 +26,14 @@ from pointgeope.data.folds import Fold
 from pointgeope.engine.checkpoint import (
     CheckpointError,
     checkpoint_config,
-    config_differences,
-    describe_differences,
     load_checkpoint,
 )
+from pointgeope.engine.config_diff import config_differences, describe_differences
 from pointgeope.engine.record_keys import predating_note
 from pointgeope.engine.retrain import note_path
 from pointgeope.errors import UserError
 from pointgeope.h5 import prepared_folder_mark
-from pointgeope.plural import agreeing, counted
+from pointgeope.plural import agreeing, counted, first_of
 
 __all__ = ["TRIAL_LOG", "check_reuse", "check_run_dir", "check_trial_folders", "other_trials"]
 
@@ -81,7 +80,7 @@ def check_reuse(trials: list, test_area: int, run_dir: Path, fold: Fold | None =
 
 def _listed(folders: list[Path]) -> str:
     """The first three ``folders``, then how many more."""
-    return " ".join(map(str, folders[:3])) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
+    return first_of(folders, 3, " ")
 
 
 def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: Fold) -> None:

@@ -7,7 +7,7 @@ while saving leaves the previous checkpoint intact::
     {"format": "pointgeope-checkpoint", "version": 1,
      "config": {...},                 # the resolved Config as a plain dict
      "model": state_dict, "optimizer": state_dict, "scheduler": state_dict, "scaler": state_dict | None,
-     "rng": [one per rank: {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [...]}],
+     "rng": [one per rank: {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [...]}],  # rng_states
      "epoch": int, "batch": int, "step": int, "best_miou": float,   # engine.state.LoopState
      "epoch_sums": {...},             # the epoch's running sums (engine.epoch_meter; older files: absent)
      "threads": int,                  # torch CPU threads of the run (a resume with another number warns)
@@ -27,41 +27,26 @@ its ``"model"`` weights.
 """
 from __future__ import annotations
 
-import random
 import shlex
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from pointgeope.atomic import atomic_open
 from pointgeope.constants import FOLD_NAME
 from pointgeope.denied import denied_line
-from pointgeope.engine.config_choices import unread
+from pointgeope.engine.config_diff import config_differences, describe_differences
 from pointgeope.engine.config_yaml import flatten, value_text
 from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded, predating_note
 from pointgeope.errors import UserError
 from pointgeope.number_kind import is_whole
-from pointgeope.recorded_text import repr_bounded, setting_repr, setting_text
+from pointgeope.recorded_text import repr_bounded, setting_text
 from pointgeope.zip_crc import changed_part
 
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
-
-# Config keys that may differ between a checkpoint and the run that resumes (or evaluates) it: where files
-# live, how fast, in how much memory or how verbosely it runs, and how the final evaluation is done. Any
-# other difference is an error. data.hierarchy (where the point hierarchy is built: the same samples on
-# every backend and place), data.cache (rooms held in memory or read again) and train.cuda_graphs (a step
-# replayed from a graph equals the eager step) change speed and memory only, so a fold interrupted on one
-# machine resumes on another, or with the cache off after running out of memory. train.threads changes the
-# weights too (torch's CPU kernels split their sums by thread): it is free so that a fold resumes on another
-# machine, with a warning (state.py); what states scores names the count (engine/trained_threads.py).
-FREE_KEYS = frozenset({"data.root", "data.num_workers", "data.hierarchy", "data.cache", "train.run_dir", "train.device",
-                       "train.threads", "train.progress", "train.epochs_per_run", "train.checkpoint_every",
-                       "train.cuda_graphs"})
-FREE_SECTIONS = ("eval.",)
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -81,35 +66,6 @@ class CheckpointDenied(CheckpointError):
     """A checkpoint this user may not read (EACCES, EPERM), said as what refused it
     (:func:`~pointgeope.denied.denied_line`): the file may be sound, so it is never called damaged, nor its
     fold one to train again."""
-
-
-# --- random number generator states as plain containers ---------------------------------------------------
-
-def rng_state() -> dict:
-    """The states of Python's, NumPy's and torch's (CPU and CUDA) global generators."""
-    return pack_rng(random.getstate(), np.random.get_state(), torch.get_rng_state(),
-                    torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [])
-
-
-def pack_rng(python: tuple, numpy: tuple, cpu: torch.Tensor, cuda: list) -> dict:
-    """Generator states (``random.getstate()``, ``np.random.get_state()``, torch's) as a checkpoint holds them."""
-    (version, internal, gauss), (name, keys, pos, has_gauss, cached) = python, numpy
-    return {"python": [version, list(internal), gauss],
-            "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}, "torch": cpu, "cuda": cuda}
-
-
-def set_rng_state(state: dict) -> None:
-    (version, internal, gauss), n = state["python"], state["numpy"]
-    random.setstate((version, tuple(internal), gauss))
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        # device i takes saved state i (get_rng_state_all: one per device visible when saved). A checkpoint
-        # written where more GPUs were visible (torchrun on 2, a shared node) resumed where fewer are
-        # (CUDA_VISIBLE_DEVICES=0): set_rng_state_all would index a device that is not there (IndexError)
-        torch.cuda.set_rng_state_all(state["cuda"][:torch.cuda.device_count()])
 
 
 # --- saving and loading ------------------------------------------------------------------------------------
@@ -175,7 +131,7 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
     Args:
         path: the ``.pt`` file.
         config: the resolved config (plain dict) of the run that will use it; when given, every key
-            outside :data:`FREE_KEYS` must match the checkpoint's config.
+            outside :data:`~pointgeope.engine.config_diff.FREE_KEYS` must match the checkpoint's config.
         advice: what the error of a config that differs says to do (training's, by default).
         unreadable: the error of a file torch cannot load, with ``{path}`` and ``{kind}`` (training's, by
             default: delete a damaged last.pt; predict's names its model argument).
@@ -362,39 +318,6 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
             f"{command} tests it with them")
 
 
-def describe_differences(diff: list[tuple[str, object, object]], label: str) -> str:
-    """``"key: <label> a, now b; ...; and N more"`` of :func:`config_differences` (8 said), for messages."""
-    more = [f"and {len(diff) - 8} more"] if len(diff) > 8 else []
-    return "; ".join([f"{k}: {label} {setting_repr(a)}, now {b!r}" for k, a, b in diff[:8]] + more)  # (a: recorded)
-
-
 def backbone_of(config: dict) -> str:
     """The ``model.backbone`` of a config (plain dict); ``ptv1`` for checkpoints written before the key."""
     return (config.get("model") or {}).get("backbone", "ptv1")
-
-
-def config_differences(saved: dict, current: dict) -> list[tuple[str, object, object]]:
-    """``(key, saved value, current value)`` for every non-free key whose values differ; a key that the
-    saved config lacks (written before the key existed) counts as it was then (``record_keys.as_recorded``),
-    else as its default (``Config()``'s). A key that the optimiser, schedule or loss of neither config reads
-    (``config_choices.unread``: ``optim.momentum`` under AdamW in both) is no difference: it changed nothing."""
-    from pointgeope.engine.config import Config, config_to_dict
-
-    saved = as_recorded(saved)
-    return [(key, a, b) for key, a, b in _differences(saved, current, "", config_to_dict(Config()))
-            if not (unread(saved, key) and unread(current, key))]
-
-
-def _differences(saved: dict, current: dict, prefix: str, defaults) -> list[tuple[str, object, object]]:
-    out = []
-    for key in sorted(set(saved) | set(current)):
-        name = f"{prefix}{key}"
-        if name in FREE_KEYS or name.startswith(FREE_SECTIONS):
-            continue
-        default = defaults.get(key) if isinstance(defaults, dict) else None
-        a, b = saved.get(key, default), current.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{name}.", default)
-        elif a != b:
-            out.append((name, a, b))
-    return out

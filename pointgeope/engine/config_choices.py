@@ -14,7 +14,7 @@ cannot be told from one left out, so it passes.
 
 A run trained before that refusal may hold such a key in its record (its checkpoint's config). It never
 changed a number, so comparing that record with the config that resumes the run skips it where neither the
-saved nor the current choice reads it (:func:`unread`, used by ``checkpoint.config_differences``): removing the
+saved nor the current choice reads it (:func:`unread`, used by ``config_diff.config_differences``): removing the
 key, as the refusal says, is also the way to resume, skip or rerun that run.
 """
 from __future__ import annotations

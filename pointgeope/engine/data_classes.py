@@ -20,7 +20,7 @@ import numpy as np
 
 from pointgeope.constants import IGNORE_LABEL, class_names
 from pointgeope.h5 import area_path, open_area
-from pointgeope.plural import counted
+from pointgeope.plural import counted, first_of
 
 __all__ = ["absent_classes_warning", "label_counts"]
 
@@ -71,8 +71,7 @@ def _recorded(manifest: object, area: str, rooms: dict[str, int] | None) -> np.n
 
 
 def _listed(classes: list[int], names: list[str], most: int = 6) -> str:
-    shown = [names[c] if names[c] == f"class_{c}" else f"{names[c]} ({c})" for c in classes[:most]]
-    return ", ".join(shown) + (f" and {len(classes) - most} more" if len(classes) > most else "")
+    return first_of((names[c] if names[c] == f"class_{c}" else f"{names[c]} ({c})" for c in classes), most)
 
 
 def absent_classes_warning(num_classes: int, counts: np.ndarray, areas: list[str], class_mean: str,

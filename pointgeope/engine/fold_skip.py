@@ -11,12 +11,11 @@ from pointgeope.data.folds import Fold
 from pointgeope.engine.checkpoint import (
     CheckpointError,
     checkpoint_config,
-    config_differences,
-    describe_differences,
     fold_progress,
     load_checkpoint,
 )
 from pointgeope.engine.config import Config, config_to_dict
+from pointgeope.engine.config_diff import config_differences, describe_differences
 from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import complete_fold_metrics
 from pointgeope.engine.record_keys import predating_note

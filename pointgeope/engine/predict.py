@@ -36,7 +36,7 @@ from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.predict_model import Predictor, load_predictor
 from pointgeope.engine.probabilities import vote_probabilities
 from pointgeope.errors import UserError, one_line
-from pointgeope.plural import counted
+from pointgeope.plural import counted, first_of
 from pointgeope.scans.scan import Scan, ScanError, one_colour_note
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
@@ -287,7 +287,7 @@ def _predict_inputs(predictor: Predictor, args) -> int:
     refs, errors = find_scans(args.inputs, args.out, skipped)
     if skipped:
         print(one_line(f"note: {args.out}: {counted(len(skipped), 'file')} named as this command's outputs "
-                       f"({', '.join(p.name for p in skipped[:5])}{', ...' if len(skipped) > 5 else ''}) are not "
+                       f"({first_of((p.name for p in skipped), 5)}) are not "
                        "inputs in --out"), flush=True)
     refs = _checked_names(refs, args, errors)
     for message in errors:

@@ -39,7 +39,7 @@ DAMAGED_MODEL = ("MODEL {path}: a damaged checkpoint, torch cannot read it ({kin
 # The test-time views of --tta when the run's config has none of its own (eval.tta is a single view).
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)
 # Besides eval.*, the overrides that change how predict runs: free keys of the checkpoint
-# (checkpoint.FREE_KEYS) that predict reads, namely where the point hierarchy is built and torch's CPU
+# (config_diff.FREE_KEYS) that predict reads, namely where the point hierarchy is built and torch's CPU
 # threads. --device chooses the device.
 PREDICT_KEYS = frozenset({"data.hierarchy", "train.threads"})
 
@@ -89,12 +89,28 @@ class Predictor:
         return "rgb" in self.info["features"]
 
 
-def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
+def fold_record(model: Path) -> Config | ConfigError | None:
+    """The config of the fold folder ``model``'s ``config.yaml``, read once for predict (:func:`checkpoint_path`
+    takes its ``eval.checkpoint``, :func:`config_yaml_note` its other ``eval.*``), or the ConfigError that
+    refuses it (each of the two says what that means for it); ``None`` where ``model`` is a file, or a folder
+    without ``config.yaml``."""
+    path = model / "config.yaml"
+    if not (model.is_dir() and path.is_file()):
+        return None
+    from pointgeope.engine.config import load_record
+
+    try:
+        return load_record(path)
+    except ConfigError as err:
+        return err
+
+
+def checkpoint_path(model: str | Path, which: str | None, record: Config | ConfigError | None) -> Path:
     """The checkpoint file that ``MODEL`` names.
 
     ``CHECKPOINT.pt`` is taken as given (``which`` is refused with it). A fold folder gives
     ``RUN/area_K/<which>.pt``, where ``which`` is ``--checkpoint``, else the run's ``eval.checkpoint`` as
-    ``evaluate`` uses it, else ``last``.
+    ``evaluate`` uses it (``record``, :func:`fold_record`'s), else ``last``.
 
     Refused: a folder without that file and not named ``area_K`` (a run folder ``RUN``), with the folds it
     holds; a ``config.yaml`` that ``evaluate`` would refuse, when ``which`` is not given (its ``eval.checkpoint``
@@ -110,15 +126,10 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
             raise PredictError(f"--checkpoint {which} needs a run folder RUN/area_K, got the file {model}")
         return model
     if which is None:
-        which = "last"
-        if (model / "config.yaml").is_file():
-            from pointgeope.engine.config import load_record
-
-            try:
-                which = load_record(model / "config.yaml").eval.checkpoint
-            except ConfigError as err:  # taking last.pt then predicted with another file than its eval.checkpoint
-                raise PredictError(f"{err}; predict reads the fold's eval.checkpoint from it: correct it, or choose "
-                                   "the file with --checkpoint last|best") from None
+        if isinstance(record, ConfigError):  # taking last.pt then predicted with another file than its eval.checkpoint
+            raise PredictError(f"{record}; predict reads the fold's eval.checkpoint from it: correct it, or choose "
+                               "the file with --checkpoint last|best")
+        which = "last" if record is None else record.eval.checkpoint
     path = model / f"{which}.pt"
     if not path.exists():  # a fold stopped before this checkpoint; RUN given for RUN/area_K: its folds named
         raise (CheckpointError(missing_checkpoint(path, int(fold[1]), predict_last(path, folder=True)))
@@ -172,27 +183,24 @@ def prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | Non
     return dataclasses.replace(cfg, eval=ev), origin
 
 
-def config_yaml_note(model: Path, trained: Config, keys: list[str]) -> str | None:
-    """One note line when a fold folder's ``config.yaml`` sets ``eval.*`` values other than its checkpoint's (the
-    file edited for ``evaluate``, which reads them there), with the overrides that apply them; ``None`` when
-    none differ, or the command line chooses them (``keys``), or ``MODEL`` is a file, or ``config.yaml`` cannot
-    be read (:func:`checkpoint_path` refuses that without ``--checkpoint``; with it, the file is left unread).
+def config_yaml_note(model: Path, record: Config | ConfigError | None, trained: Config, keys: list[str]) -> str | None:
+    """One note line when a fold folder's ``config.yaml`` (``record``, :func:`fold_record`'s) sets ``eval.*``
+    values other than its checkpoint's (the file edited for ``evaluate``, which reads them there), with the
+    overrides that apply them; ``None`` when none differ, or the command line chooses them (``keys``), or
+    ``MODEL`` is a file, or ``config.yaml`` cannot be read (:func:`checkpoint_path` refuses that without
+    ``--checkpoint``; with it, the file's problem is not predict's).
 
     predict takes ``eval.*`` from the checkpoint, ``trained`` (its own config): a fold folder predicts as its
     chosen ``.pt`` file does, wherever the file is copied; ``eval.checkpoint`` alone comes from ``config.yaml``,
     since it chooses that file."""
     import json
 
-    from pointgeope.engine.config import config_to_dict, load_record
+    from pointgeope.engine.config import config_to_dict
     from pointgeope.engine.config_yaml import flatten
 
+    if not isinstance(record, Config):  # a ConfigError: checkpoint_path refused it already where it needs it
+        return None
     path = model / "config.yaml"
-    if not (model.is_dir() and path.is_file()):
-        return None
-    try:
-        record = load_record(path)
-    except ConfigError:     # checkpoint_path refused it already where it reads it; with --checkpoint it is left
-        return None
     ours, theirs = (flatten(config_to_dict(cfg)["eval"], "eval.") for cfg in (trained, record))
     differ = [key for key, value in theirs.items() if key != "eval.checkpoint" and ours.get(key, value) != value
               and not any(key == k or key.startswith(f"{k}.") for k in keys)]
@@ -226,7 +234,8 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     """
     from pointgeope.engine.predict_record import checksum_or_none as _checksum
 
-    path = checkpoint_path(model, checkpoint)   # a fold's damaged checkpoint gets training's words; MODEL's a file
+    record = fold_record(Path(model))
+    path = checkpoint_path(model, checkpoint, record)   # a fold's damaged checkpoint gets training's words
     checksum = _checksum(path)    # None, unreadable: load_checkpoint says why
     ckpt = (load_checkpoint(path) if Path(model).is_dir()
             else load_checkpoint(path, unreadable=UNREADABLE_MODEL, damaged_file=DAMAGED_MODEL))
@@ -242,7 +251,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     cfg, cap_origin = prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
     chosen = [override_key(text) for text in overrides] + ["eval.max_fragments"] * (max_fragments is not False) \
         + ["eval.batch_points"] * bool(batch_points)     # the options of those keys
-    if note := config_yaml_note(Path(model), config_from_dict(ckpt["config"]), chosen):
+    if note := config_yaml_note(Path(model), record, config_from_dict(ckpt["config"]), chosen):
         print(note, file=sys.stderr, flush=True)
     dev = choose_device(device, option="--device")
     net = build.model(cfg).to(dev)

@@ -21,7 +21,7 @@ its run's record still loads and resumes. Beside ``rope-mixed`` (its reader) or 
 run resumes with the config that trained it.
 
 Every reader of a saved config reads it through :func:`as_recorded`: a resume's comparison with the config
-that resumes it (``checkpoint.config_differences``), the config that ``evaluate`` and ``predict`` rebuild the
+that resumes it (``config_diff.config_differences``), the config that ``evaluate`` and ``predict`` rebuild the
 network with (``config.load_record``, ``config.config_from_dict``), a skipped fold's test note
 (``checkpoint.eval_values``) and the report's comparison of folds (``report.settings``). So an old
 ``point3drope`` run is evaluated at the angles it was trained at, and a resume of it with today's config is
@@ -93,7 +93,7 @@ def as_recorded(record: dict) -> dict:
 
 
 def predating_note(saved: dict, differences: list[tuple[str, object, object]]) -> str:
-    """For a refusal naming ``differences`` (``checkpoint.config_differences``'s ``(key, saved, now)``): the
+    """For a refusal naming ``differences`` (``config_diff.config_differences``'s ``(key, saved, now)``): the
     override that runs the saved record as it ran where a differing key of :data:`BEFORE_KEY` is one the record
     lacks (it predates the key, and today's config file sets it otherwise: ``data.normal`` of the PTv3 recipe),
     ``"; it was recorded before data.normal existed: the override data.normal=false uses it as it ran"``; else

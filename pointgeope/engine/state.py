@@ -11,20 +11,19 @@ Exact resume rests on three things, all saved by :meth:`FoldCheckpoints.save` an
 The data order and the augmentations are functions of ``(seed, epoch, index)``, so with these the
 resumed run takes the same steps as an uninterrupted one (given the same numbers of torch CPU threads and
 of DDP processes: the checkpoint stores both, the latter as its one RNG state per rank, and a resume with
-another number warns; :func:`rank_rng_state` says which stream each rank then resumes). The file format itself (atomic
-writes, ``weights_only`` loading, the config check) is :mod:`pointgeope.engine.checkpoint`'s.
+another number warns; :func:`~pointgeope.engine.rng_states.rank_rng_state` says which stream each rank then
+resumes). The file format itself (atomic writes, ``weights_only`` loading, the config check) is
+:mod:`pointgeope.engine.checkpoint`'s.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from pointgeope.data.folds import Fold
@@ -33,16 +32,14 @@ from pointgeope.engine import distributed
 from pointgeope.engine.checkpoint import (
     CheckpointError,
     load_checkpoint,
-    pack_rng,
-    rng_state,
     save_checkpoint,
-    set_rng_state,
     whole_count,
 )
 from pointgeope.engine.epoch_meter import sums_problem
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.machine_record import trained_on, training_machine
 from pointgeope.engine.retrain import retrain_from_scratch
+from pointgeope.engine.rng_states import restore_rank_rng, rng_state
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.engine.weights import first_non_finite, load_model_state
@@ -198,7 +195,7 @@ class FoldCheckpoints:
     def _warn_other_run(self, path: Path, ckpt: dict, log: Log) -> None:
         """Warn when this run cannot continue bit for bit: another number of torch CPU threads (the CPU
         kernels sum in another order), or of DDP processes (BatchNorm statistics are per process, and the
-        random streams are those of :func:`restore_rank_rng`)."""
+        random streams are those of :func:`~pointgeope.engine.rng_states.restore_rank_rng`)."""
         threads = ckpt.get("threads", torch.get_num_threads())
         if threads != torch.get_num_threads():
             log(f"warning: {path} was written with {counted(threads, 'torch CPU thread')}, this run has "
@@ -349,31 +346,6 @@ def saved_state(ckpt: dict, path: Path, num_classes: int | None = None) -> LoopS
             raise CheckpointError(f"{path}: damaged checkpoint: expected its {key!r} entry to be {expected}, got "
                                   f"{repr_bounded(value, 40)}; use the run's own checkpoint")
     return LoopState(**counts, best_miou=float(best), epoch_sums=sums)
-
-
-def rank_rng_state(saved: list[dict], rank: int) -> dict:
-    """The RNG states (:func:`~pointgeope.engine.checkpoint.rng_state`'s form) that rank ``rank`` resumes
-    with, from the ``len(saved)`` ranks' states of a checkpoint. A rank the checkpoint had takes its own
-    (fewer ranks now: the others' streams are dropped). A rank beyond them (more processes now) takes a
-    stream of its own, never another rank's: with ``s = saved[rank % len(saved)]``, the first 4 draws
-    ``w`` of ``torch.randint(2**62)`` from ``s["torch"]`` and ``q = SeedSequence([*w, rank])``, its Python,
-    NumPy and torch generators are seeded with ``q``'s first three 63-bit words and CUDA's with the fourth
-    (``"cuda_seed"``): a function of the saved state and the rank, the same on every such resume."""
-    if rank < len(saved):
-        return saved[rank]
-    source = torch.Generator().set_state(saved[rank % len(saved)]["torch"])
-    words = torch.randint(2**62, (4,), generator=source).tolist()
-    seeds = [int(x) >> 1 for x in np.random.SeedSequence([*words, rank]).generate_state(4, np.uint64)]
-    return {**pack_rng(random.Random(seeds[0]).getstate(), np.random.RandomState(seeds[1] % 2**32).get_state(),
-                       torch.Generator().manual_seed(seeds[2]).get_state(), []), "cuda_seed": seeds[3]}
-
-
-def restore_rank_rng(saved: list[dict], rank: int) -> None:
-    """Set this process's generators to :func:`rank_rng_state` ``(saved, rank)``."""
-    state = rank_rng_state(saved, rank)
-    set_rng_state(state)
-    if "cuda_seed" in state and torch.cuda.is_available():
-        torch.cuda.manual_seed_all(state["cuda_seed"])
 
 
 def _total_norm(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -23,7 +23,8 @@ restores all of it, the sums of an unfinished epoch's batches included). Every c
 checksums of the fold's area files (``manifest.json``'s, else computed from the files); a resume on other
 data is refused with the differing files named, and ``--force`` retrains.
 
-Reading order: :func:`train_fold` is the loop, top to bottom (set-up, resume, epochs, evaluation); each
+Reading order: :func:`train_fold` is the loop, top to bottom (set-up and the fold's checks,
+:func:`~pointgeope.engine.fold_check.check_fold`; resume, epochs, evaluation); each
 epoch is :func:`train_epoch` (the optimiser steps) then :func:`end_epoch` (scores, validation,
 checkpoints). :func:`run_folds` runs one fold or all of them; :func:`train` is ``pointgeope train``.
 """
@@ -39,21 +40,18 @@ import torch
 
 from pointgeope.atomic import remove_leftovers, writable_folder
 from pointgeope.constants import FOLD_NAME, class_names, fold_folder_name
-from pointgeope.data.check import area_checksums, check_areas
-from pointgeope.data.color_record import colorless_warning
+from pointgeope.data.check import area_checksums
 from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
-from pointgeope.data.normal_record import NormalsRead, area_estimates, not_current_line
-from pointgeope.data.ptv3_dataset import check_normals
-from pointgeope.data.rooms import list_area_rooms
+from pointgeope.data.normal_record import NormalsRead, area_estimates
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import untested_eval
 from pointgeope.engine.config import Config, config_to_dict, save_config
-from pointgeope.engine.data_classes import absent_classes_warning, label_counts
 from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, validate
+from pointgeope.engine.fold_check import check_fold
 from pointgeope.engine.fold_skip import clear_fold, complete_metrics
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
@@ -250,35 +248,6 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
     if is_best or not cfg.train.val_every:  # before last.pt: a kill in between repeats this epoch
         checkpoints.save("best.pt", state)
     checkpoints.save("last.pt", state)
-
-
-def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log,
-               said: set[str]) -> None:
-    """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
-    a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into
-    it; warn of the network's classes that none of its points holds (:mod:`pointgeope.engine.data_classes`) and,
-    fed colour, of rooms without (:mod:`pointgeope.data.color_record`: once a command, ``said``; in each log.txt)."""
-    root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
-    if not train_areas:
-        raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
-                        f"{', '.join(test_areas)}); prepare more than one area, or edit folds.json")
-    log(f"fold {fold}: train on {', '.join(train_areas)}, test on {', '.join(test_areas)}; "
-        f"device {env.device}, {counted(env.world_size, 'process')} of "
-        f"{counted(torch.get_num_threads(), 'torch CPU thread')}")
-    if env.is_main:
-        checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
-        log("checked " + ", ".join(f"{a} ({counted(len(r), 'room')})" for a, r in checked.items()))
-        counts = label_counts(root, list(checked), checked)     # prepare's record where the check vouches for it
-        if line := absent_classes_warning(cfg.model.num_classes, counts, list(checked), cfg.eval.class_mean,
-                                          cfg.train.ignore_index):
-            log(line)       # classes of the network that no point of the fold's areas holds
-        if cfg.data.color and (line := colorless_warning(root, train_areas)):
-            log.once(line, said)   # prepare's record of the rooms all 0 0 0
-        if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
-            check_normals(list_area_rooms(root, train_areas + test_areas))
-            if line := not_current_line(root, train_areas + test_areas):  # another estimate's: trained on as is
-                log.once(line, said)
-    distributed.barrier()
 
 
 def log_scores(writer, tag: str, s: dict, step: int) -> None:

@@ -2,7 +2,7 @@
 
 torch's CPU kernels split their sums by thread, so a fold trained with another count takes other weights (the
 same seed, data and code): a score is one count's. ``train.threads`` is a free key (a fold resumes, and a
-complete one is skipped, under another count: :data:`~pointgeope.engine.checkpoint.FREE_KEYS`), so what states
+complete one is skipped, under another count: :data:`~pointgeope.engine.config_diff.FREE_KEYS`), so what states
 scores (``ablate``'s report, ``bench/demo_table.py``) reads the count from each fold's ``last.pt`` and names
 every count where its folds differ.
 """

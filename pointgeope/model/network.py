@@ -26,6 +26,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from pointgeope.model import stage_memo
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
 from pointgeope.model.norm import BatchNorm, BatchNormReLU
@@ -40,7 +41,7 @@ from pointgeope.model.ops import (
 )
 from pointgeope.model.ops.checks import check_count, check_model_dtype
 from pointgeope.model.ops.offsets import offset_tensor
-from pointgeope.model.rotation import constant, shared_tables
+from pointgeope.model.rotation import constant
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
            "stage_grid_units", "check_sizes"]
@@ -255,7 +256,7 @@ class PointTransformerSeg(nn.Module):
     def body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:
         """The network on checked inputs and their hierarchy, reading no value on the host (what a CUDA graph
         records, ``engine/graphs.py``): ``coord (N, 3)``, ``feat (N, in_channels)`` -> ``(N, num_classes)``."""
-        with shared_tables():          # stage_memo's block: GeoPE tables, displacements once a stage, not per layer
+        with stage_memo.shared():      # GeoPE tables, displacements once a stage, not per layer
             return self._body(coord, feat, hierarchy)
 
     def _body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:

@@ -27,7 +27,6 @@ features' dtype, so half-precision features (autocast) lose nothing to the rotat
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import torch
@@ -38,7 +37,7 @@ from pointgeope.model import geope_pairs, stage_memo
 from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 from pointgeope.model.ops import gather
 
-__all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shared_tables", "shift_tables", "apply_shifted",
+__all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables", "apply_shifted",
            "apply_blocks", "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours",
            "channel_planes", "write_planes"]
 
@@ -160,22 +159,11 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
     return out
 
 
-def shared_tables() -> contextlib.AbstractContextManager[None]:
-    """Within the block, :func:`rotation_tables` of the same ``pos`` and ``block_scale`` tensors (the same
-    objects, unchanged since: their ``_version``) and width is built once and then returned again; so are the
-    layers' pair displacements (:mod:`pointgeope.model.stage_memo`, whose block this is).
-
-    The layers of a PTv1 stage, encoder and decoder, turn the same points by the same block scales
-    (``BlockScale`` gives modules of equal settings one tensor), so a network's forward builds one
-    ``(5, N, C)`` table per stage instead of one per layer: 20 fewer kernel launches per layer on a
-    GPU and one table kept for the backward instead of one per layer. The tables are constants (no
-    gradient) and nothing writes into them, so sharing changes no value."""
-    return stage_memo.shared()
-
-
 def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     """``shift_tables(block_rotations(pos, block_scale), channels)``, ``(5, N, C)``, for ``pos (N, 3)`` and
-    ``block_scale (n,)`` without gradient; inside :func:`shared_tables` built once per inputs."""
+    ``block_scale (n,)`` without gradient; inside ``stage_memo.shared()``'s block built once per inputs
+    (the same ``pos`` and ``block_scale`` objects, unchanged since, and width: one table per PTv1 stage, as
+    ``BlockScale`` gives the layers of equal settings one tensor)."""
     return stage_memo.memoized(("rotation_tables", channels), (pos, block_scale),
                                lambda: _build_tables(pos, block_scale, channels))
 

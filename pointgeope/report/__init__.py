@@ -1,6 +1,6 @@
 """The 6-fold report of one or more runs: :func:`make_report` reads each fold's ``metrics.json``
-(``runs.py``), writes the tables (``tables.py``) and figures (``plots.py``) into one folder. What it writes:
-``pointgeope/commands/report.py``.
+(``fold_file.py``, ``runs.py``), writes the tables (``tables.py``) and figures (``plots.py``) into one folder.
+What it writes: ``pointgeope/commands/report.py``.
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def check_out(out: Path, runs: list[Path]) -> None:
     """Refuse an ``--out`` that is, or lies inside, a fold folder ``RUN/area_K`` of a run: train and
     evaluate write there (one writer per output folder)."""
     from pointgeope.constants import AREAS
-    from pointgeope.report.runs import ReportError, fold_dir
+    from pointgeope.report.fold_file import ReportError
+    from pointgeope.report.runs import fold_dir
 
     target = Path(out).resolve()
     for run in runs:
@@ -165,7 +166,8 @@ def make_report(runs: list[Path], out: Path | None = None, names: list[str] | No
     from pointgeope.atomic import remove_leftovers, writable_folder
     from pointgeope.lock import folder_lock
     from pointgeope.report import tables
-    from pointgeope.report.runs import ReportError, load_runs
+    from pointgeope.report.fold_file import ReportError
+    from pointgeope.report.runs import load_runs
 
     if not 0 <= digits <= 6:
         raise ReportError(f"expected --digits in 0..6, got {digits}")

@@ -28,7 +28,9 @@ import numpy as np
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.decimals import decimal_difference, decimal_mean, decimal_std
 from pointgeope.errors import UserError
-from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
+from pointgeope.plural import first_of
+from pointgeope.report.fold_file import ReportError, same_class_names
+from pointgeope.report.runs import RunSummary, fold_dir, load_run
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
@@ -131,8 +133,8 @@ def _mixed_rules(runs: list[RunSummary]) -> str:
     count = {rule: sum(run.class_mean == rule for run in runs) for rule in ("all", "present")}
     target = max(count, key=lambda rule: count[rule])
     others = [run for run in runs if run.class_mean != target]
-    commands = "; ".join(f"`pointgeope evaluate {fold_dir(run.path, run.folds[0].fold)} eval.class_mean={target}`"
-                         for run in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    commands = first_of((f"`pointgeope evaluate {fold_dir(run.path, run.folds[0].fold)} eval.class_mean={target}`"
+                         for run in others), 3, "; ")
     return ("- the runs average their classes by different rules, so each variant's mean ± std of mAcc and mIoU, "
             f"and the differences, mix them: test the trials of the other rule with `{target}` ({commands}), "
             f"then rerun this ablation with `eval.class_mean={target}`.")

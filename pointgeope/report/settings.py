@@ -33,7 +33,7 @@ import yaml
 
 from pointgeope.engine.config_yaml import flatten  # (no torch: the report imports none)
 from pointgeope.engine.record_keys import as_recorded
-from pointgeope.plural import counted
+from pointgeope.plural import first_of
 from pointgeope.recorded_text import setting_repr
 
 IGNORED = frozenset({
@@ -162,8 +162,6 @@ def mixed_text(mixed: dict[str, dict[str, object]], limit: int = 6) -> str:
     """``model.pe (Area_1, Area_3..Area_6: 'geope'; Area_2: 'rpe'), data.root (...)``: at most ``limit``
     keys, then how many more; each value as ``repr`` writes it, a damaged one bounded and marked
     (:func:`pointgeope.recorded_text.setting_repr`)."""
-    parts = [f"{key} (" + "; ".join(f"{areas}: {setting_repr(value)}" for areas, value in value_groups(values)) + ")"
-             for key, values in list(mixed.items())[:limit]]
-    more = len(mixed) - limit
-    return ", ".join(parts) + (f" and {counted(more, 'more key', 'more keys')}" if more > 0 else "")
+    return first_of((f"{key} (" + "; ".join(f"{areas}: {setting_repr(value)}" for areas, value in value_groups(values))
+                     + ")" for key, values in mixed.items()), limit, noun="key")
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.plural import counted
+from pointgeope.plural import counted, first_of
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.scans.las import EXTENSIONS as LAS_EXTENSIONS
 from pointgeope.scans.outputs import is_output_name
@@ -166,7 +166,7 @@ def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], out: Path 
     subs = [f"{p.name}/" for p in entries if p.is_dir() and p not in taken and not p.name.startswith(".")
             and not _outputs_here(p, out)]
     angles = [p.name for p in _alignment_files(entries, refs)]
-    parts = [f"{counted(len(names), noun)}{what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+    parts = [f"{counted(len(names), noun)}{what} ({first_of(names, 5)})"
              for names, noun, what in ((files, "file", " of unknown type"),
                                        (angles, "S3DIS alignment file", ", not scans"),
                                        (subs, "sub-folder", " not searched")) if names]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import CLASS_NAMES, DEFAULT_MAX_POINTS, IGNORE_LABEL, NUM_CLASSES, class_names
+from pointgeope.constants import AREA_NAME, CLASS_NAMES, DEFAULT_MAX_POINTS, IGNORE_LABEL, NUM_CLASSES, class_names
 from pointgeope.number_kind import is_integer
 from pointgeope.plural import counted
 from pointgeope.recorded_text import repr_bounded
@@ -69,7 +69,6 @@ def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
     Before, only room names and point counts were compared: a shape mismatch with no fix, or, where two
     areas share a room name and size, the wrong predictions drawn and scored. Files without the attribute
     (written by hand) pass."""
-    import re
 
     from pointgeope.h5 import SCAN_PREDICTIONS
     from pointgeope.h5_predictions import predictions_area
@@ -79,7 +78,7 @@ def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
     if have is None or want is None or have == want:
         return
     fix = (f"view the scan alone: pointgeope viz {pred_path}" if kind == SCAN_PREDICTIONS else
-           f"give RUN/{want.lower()}/predictions/{want}.h5" if re.fullmatch(r"Area_\d+", want) else
+           f"give RUN/{want.lower()}/predictions/{want}.h5" if AREA_NAME.fullmatch(want) else
            f"give the predictions of {want}")
     raise VizError(f"{pred_path} holds the predictions of {have}, not of {area_path} ({want}): {fix}")
 

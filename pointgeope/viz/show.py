@@ -8,7 +8,7 @@ import math
 
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.paths import same_file
-from pointgeope.plural import agreeing, counted
+from pointgeope.plural import agreeing, counted, first_of
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_modes
 
@@ -151,7 +151,7 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
                 miou[room] = room_scores(label, pred, len(classes), file_ignore_index(pred_path))["miou"]
             if not miou:  # a table of '-' with exit 0 said nothing was wrong
                 raise VizError(f"{pred_path}: predictions of none of the rooms of {area} (it holds "
-                               f"{', '.join(sorted(predicted)[:5]) or 'none'}{', ...' if len(predicted) > 5 else ''}); "
+                               f"{first_of(sorted(predicted), 5) or 'none'}); "
                                f"give the predictions of {area}")
             missing = len(counts) - len(miou)
             if missing:

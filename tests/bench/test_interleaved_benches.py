@@ -186,3 +186,31 @@ def test_bench_norm_times_the_padded_plain_norm_on_the_kernel_and_on_the_prefix_
     assert (row["rows"], row["valid"], row["width"], row["dtype"], row["relu"]) == (96, 93, 8, "float32", False)
     assert row["torch_ms"] > 0 and row["fused_ms"] > 0 and row["fused_over_torch"] == row["fused_ms"] / row["torch_ms"]
     assert row["max_rel_diff_y"] < 1e-5 and row["max_rel_diff_dx"] < 1e-5 and "graph_fused_ms" not in row
+
+
+def test_bench_norm_graphs_a_side_with_the_training_steps_recorder(monkeypatch):
+    """``bench_norm.graphed`` records a side with ``engine/graphs.py``'s recorder (the one owner of a capture; on
+    the CPU its stand-in ``RerunRecorder``, which replays by running the side again): a replay answers the side's
+    outputs for the inputs as they are now, in the tensors the recording returned."""
+    import bench_norm
+    from pointgeope.engine import graphs
+
+    made = []
+    monkeypatch.setattr(graphs, "CudaRecorder", lambda device: made.append(device) or graphs.RerunRecorder())
+    module = torch.nn.Linear(3, 2)
+    x = torch.randn(5, 3, requires_grad=True)
+
+    def run():
+        x.grad = None
+        y = module(x)
+        y.sum().backward()
+        return y.detach(), x.grad
+    replay = bench_norm.graphed(run, module, torch.device("cpu"))
+    assert made == [torch.device("cpu")]
+    first = replay()
+    with torch.no_grad():
+        x.mul_(2)
+    again = replay()
+    assert all(a is b for a, b in zip(first, again, strict=True))             # the recorded (static) outputs
+    torch.testing.assert_close(again[0], module(x).detach())
+    torch.testing.assert_close(again[1], module.weight.sum(0).expand(5, 3))

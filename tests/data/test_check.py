@@ -203,6 +203,23 @@ def test_a_member_that_is_not_an_array_is_one_line_from_every_reader(tmp_path, m
     assert str(err.value).startswith(f"{line}; delete {path} and run `pointgeope prepare` again")
 
 
+def test_the_area_check_walks_the_rooms_as_the_points_checksum_does(tmp_path):
+    """A file with two defects, room ``a`` without ``instance`` and a group ``extra`` in room ``b``: the area check
+    and the points checksum walk the rooms one way (``h5.checked_rooms``: every room's members opened and checked
+    first), so they name the same one. The area check walked the rooms itself and named room ``a``'s."""
+    from pointgeope.checksum import points_checksum
+
+    path = _area(tmp_path / "Area_1.h5", {"a": _room(5), "b": _room(6)})
+    with h5py.File(path, "r+") as f:
+        del f["a/instance"]
+        f["b"].create_group("extra")
+    line = f"{path}: room 'b': expected 'extra' to be an array, found a group; run `pointgeope prepare` again"
+    for read in (lambda: check_area(path), lambda: points_checksum(path)):
+        with pytest.raises(SchemaError) as err:
+            read()
+        assert str(err.value) == line
+
+
 @pytest.mark.parametrize("kind", ["soft", "external"])
 @pytest.mark.parametrize("member", ["label", "extra", None])
 def test_a_link_that_points_nowhere_is_one_line_from_every_reader(tmp_path, kind, member):

@@ -11,8 +11,8 @@ from pointgeope.data.color_record import NO_COLOR, colorless_rooms, colorless_wa
 from pointgeope.data.folds import load_folds
 from pointgeope.engine.config import load_config
 from pointgeope.engine.distributed import DistEnv
+from pointgeope.engine.fold_check import check_fold
 from pointgeope.engine.runio import Log
-from pointgeope.engine.train import check_fold
 from tests.data_prep.raw_trees import write_tree
 
 DARK = b"0 0 0 0 0 0\n1 0 0 0 0 0\n0 1 0 0 0 0\n0 0 1 0 0 0\n"          # every point 0 0 0

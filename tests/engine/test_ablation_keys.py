@@ -85,8 +85,8 @@ def test_rope_mixeds_initialisation_is_refused_beside_another_encoding():
 def test_a_runs_record_with_rope_mixeds_initialisation_beside_another_encoding_still_loads_and_resumes():
     """A run trained before the refusal, pe=geope with rope_mixed_init=axial (which it never read): evaluate and
     predict still rebuild its network, and a resume without the key is no difference."""
-    from pointgeope.engine.checkpoint import config_differences
     from pointgeope.engine.config import config_from_dict, config_to_dict
+    from pointgeope.engine.config_diff import config_differences
 
     record = config_to_dict(load_config(DEMO_CONFIG))
     record["model"]["rope_mixed_init"] = "axial"
@@ -103,8 +103,8 @@ def test_a_baseline_run_with_rope_mixeds_initialisation_resumes_with_its_own_con
     """An ablation's baseline without positions takes model.rope_mixed_init (``ablate --presets rpe,rope-mixed
     model.rope_mixed_init=axial``); its record must read as it was written, or its resume with the very config
     that trained it is refused (``model.rope_mixed_init: checkpoint random, now axial``)."""
-    from pointgeope.engine.checkpoint import config_differences
     from pointgeope.engine.config import config_from_dict, config_to_dict
+    from pointgeope.engine.config_diff import config_differences
 
     record = config_to_dict(load_config(DEMO_CONFIG, [f"model.pe={pe}", "model.rope_mixed_init=axial"]))
     assert config_differences(record, record) == []

@@ -12,13 +12,12 @@ import torch
 from pointgeope.engine.checkpoint import (
     CheckpointDenied,
     CheckpointError,
-    config_differences,
     load_checkpoint,
-    rng_state,
     save_checkpoint,
-    set_rng_state,
 )
 from pointgeope.engine.config import Config, config_to_dict, load_config
+from pointgeope.engine.config_diff import config_differences
+from pointgeope.engine.rng_states import rng_state, set_rng_state
 from pointgeope.engine.weights import load_model_state
 
 
@@ -295,45 +294,6 @@ def test_a_state_dict_of_other_keys_is_not_taken_for_pointcepts(tmp_path):
         load_checkpoint(tmp_path / "b.pt")
 
 
-@pytest.fixture
-def fake_gpus(monkeypatch):
-    """``set(n)``: torch.cuda as on a machine with ``n`` visible GPUs, each device's default generator a CPU
-    ``torch.Generator``: torch's own ``get_rng_state_all`` / ``set_rng_state_all`` then run on that table
-    (one state per device; device ``i`` is ``torch.cuda.default_generators[i]``). Returns the table."""
-    import torch.cuda.random as cuda_random
-
-    def set_gpus(n: int) -> tuple[torch.Generator, ...]:
-        table = tuple(torch.Generator().manual_seed(100 + i) for i in range(n))
-        monkeypatch.setattr(torch.cuda, "default_generators", table)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
-        monkeypatch.setattr(cuda_random, "device_count", lambda: n)
-        return table
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(cuda_random, "is_initialized", lambda: True)
-    monkeypatch.setattr(cuda_random, "_lazy_init", lambda: None)
-    return set_gpus
-
-
-@pytest.mark.parametrize("saved_on, resumed_on", [(2, 1), (8, 1), (1, 2), (2, 2)])
-def test_cuda_generators_resume_where_another_number_of_gpus_is_visible(fake_gpus, saved_on, resumed_on):
-    """A fold saved where ``saved_on`` GPUs were visible (torchrun on 2, a shared node) resumes where
-    ``resumed_on`` are (``CUDA_VISIBLE_DEVICES=0``): each visible device takes its saved generator state, the
-    saved states of devices not there are dropped, a device the checkpoint did not have keeps its own.
-    torch's ``set_rng_state_all`` indexed device 1 of a one-GPU machine: IndexError, a traceback at the resume."""
-    saved_table = fake_gpus(saved_on)
-    for i, g in enumerate(saved_table):
-        g.manual_seed(7 + i)
-    state = rng_state()
-    assert len(state["cuda"]) == saved_on
-    want = [torch.rand(3, generator=torch.Generator().set_state(s)) for s in state["cuda"]]
-    table = fake_gpus(resumed_on)
-    untouched = [torch.rand(3, generator=torch.Generator().set_state(g.get_state())) for g in table]
-    set_rng_state(state)
-    for i, g in enumerate(table):
-        assert torch.equal(torch.rand(3, generator=g), want[i] if i < saved_on else untouched[i]), i
-
-
 def test_a_changed_bit_in_a_parts_directory_entry_is_an_error_naming_the_part(tmp_path):
     """A flipped bit in a part's central directory entry: its compression method stored -> deflated (0 -> 8),
     which torch.load reads as other weights without a word. The CRC check, reading the part as its entry says, ended in
@@ -369,8 +329,9 @@ def test_a_damaged_setting_of_a_saved_config_is_said_on_one_bounded_line(tmp_pat
     fold's untested eval values (train's log, ablate's report.md) and the differences of a stale trial or a refused
     resume say it as one bounded line, marked. Before: the newline verbatim in the note (a second list item of
     the ablation's report.md) and the thousand characters in the differences."""
-    from pointgeope.engine.checkpoint import describe_differences, untested_eval
+    from pointgeope.engine.checkpoint import untested_eval
     from pointgeope.engine.config import Config, config_to_dict
+    from pointgeope.engine.config_diff import describe_differences
 
     note = untested_eval(tmp_path / "area_1", {"eval": {"max_fragments": "2\n- injected"}}, config_to_dict(Config()))
     assert note.startswith("its test did not use this command's eval.max_fragments=null (it used '2\\n- injected' "
@@ -380,14 +341,3 @@ def test_a_damaged_setting_of_a_saved_config_is_said_on_one_bounded_line(tmp_pat
                                 "it used")
     assert said == ("model.pe: it used 'rpe\\n" + "x" * 55 + "... (1,007 characters) (looks damaged), now 'geope'; "
                     "model.planes: it used [1, 2], now [3]")
-
-
-def test_differences_past_the_eighth_are_counted():
-    """A checkpoint refused for a config of more than 8 differences says the first 8 and how many more (before:
-    the first 8 alone, as if they were all: fixed, the next run was refused for the ones not said)."""
-    from pointgeope.engine.checkpoint import describe_differences
-
-    said = [f"train.k{i}: checkpoint {i}, now {i + 1}" for i in range(8)]
-    for n, more in ((8, ""), (9, "; and 1 more"), (12, "; and 4 more")):
-        diff = [(f"train.k{i}", i, i + 1) for i in range(n)]
-        assert describe_differences(diff, "checkpoint") == "; ".join(said) + more

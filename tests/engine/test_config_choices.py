@@ -112,8 +112,8 @@ def test_a_runs_record_with_such_a_key_is_still_read(tmp_path):
 def test_a_key_neither_choice_reads_is_no_difference_to_resume(setting, unread, read):
     """A checkpoint's config with the key set beside a choice that never reads it compares equal to the
     config without it (what the refusal asks for), so the run resumes; where either side reads it, it differs."""
-    from pointgeope.engine.checkpoint import config_differences
     from pointgeope.engine.config import config_to_dict
+    from pointgeope.engine.config_diff import config_differences
 
     key, value = setting.split("=")
     chooser, was = unread.split("=")

@@ -89,7 +89,7 @@ def test_checked_areas_take_prepares_counts_without_reading_a_label(tiny_root, t
 def test_a_head_wider_than_the_data_is_named_with_the_value_that_fits():
     line = absent_classes_warning(20, _counts(range(13)), AREAS, "all")
     assert line == ("warning: model.num_classes=20, but the fold's area files (Area_2, Area_1) hold no point of 7 of "
-                    "its classes: class_13, class_14, class_15, class_16, class_17, class_18 and 1 more; the network "
+                    "its classes: class_13, class_14, class_15, class_16, class_17, class_18, and 1 more; the network "
                     "cannot learn them, and under eval.class_mean=all each counts an IoU and an accuracy of 0: every "
                     "mIoU and mAcc is at most 13/20 of the mean over the 13 classes it holds; set "
                     "model.num_classes=13 (the data's labels are 0..12)")

@@ -16,7 +16,7 @@ from pointgeope.engine.fold_result import complete_fold_metrics
 from pointgeope.h5 import area_path, read_labels
 from pointgeope.h5_predictions import PRED
 from pointgeope.metrics import confusion_matrix
-from pointgeope.report.runs import read_fold
+from pointgeope.report.fold_file import read_fold
 from tests.engine.conftest import one_line, train_fold
 
 

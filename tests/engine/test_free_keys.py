@@ -1,4 +1,4 @@
-"""Keys of speed and memory only (``checkpoint.FREE_KEYS``: ``data.hierarchy``, ``data.cache``,
+"""Keys of speed and memory only (``config_diff.FREE_KEYS``: ``data.hierarchy``, ``data.cache``,
 ``train.cuda_graphs``) may change between training and evaluate or predict, as docs/gpu.md promises
 (``data.hierarchy`` applies to all three commands); each was refused as "written with another config".
 The resume of a fold with them changed: ``tests/engine/test_train.py``."""
@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 
 from pointgeope.cli import main as cli
-from pointgeope.engine.checkpoint import FREE_KEYS
+from pointgeope.engine.config_diff import FREE_KEYS
 from pointgeope.engine.predict_model import PREDICT_KEYS
 from tests.engine.conftest import one_line
 

@@ -164,8 +164,8 @@ def test_the_older_estimate_warning_is_printed_once_a_command_and_logged_in_ever
     from pointgeope.data.folds import load_folds
     from pointgeope.engine.config import load_config
     from pointgeope.engine.distributed import DistEnv
+    from pointgeope.engine.fold_check import check_fold
     from pointgeope.engine.runio import Log
-    from pointgeope.engine.train import check_fold
     from tests.engine.test_ptv3_engine import PTV3_DEMO
 
     root = _copy_root(two_folds, tmp_path / "root")

@@ -79,3 +79,21 @@ def test_an_eval_checkpoint_override_is_refused_for_the_checkpoint_option(tiny_r
             "its config); leave it out, and choose a run folder's with --checkpoint last|best, or give the file "
             "RUN/area_K/best.pt")
         assert not out.exists()
+
+
+def test_predict_parses_the_folds_config_yaml_once(tiny_run, tmp_path, monkeypatch):
+    """predict takes ``eval.checkpoint`` from a fold's ``config.yaml`` and names its other ``eval.*`` values: both
+    from one parse of the file (it was parsed twice, once for each); the prediction is made."""
+    import shutil
+
+    from pointgeope.engine import config
+
+    fold, scan = tmp_path / "run" / "area_1", tmp_path / "scan.npy"
+    fold.mkdir(parents=True)
+    for name in ("last.pt", "config.yaml"):
+        shutil.copy(tiny_run / name, fold / name)
+    np.save(scan, np.random.default_rng(0).random((300, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    parsed, parse = [], config.load_yaml_lines
+    monkeypatch.setattr(config, "load_yaml_lines", lambda text: parsed.append(text) or parse(text))
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
+    assert parsed == [(fold / "config.yaml").read_text()]

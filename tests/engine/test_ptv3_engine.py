@@ -236,7 +236,7 @@ def test_ptv3_needs_its_recipe_samples_and_builds_from_the_config():
 
 def test_config_of_an_older_checkpoint_without_backbone_is_ptv1():
     """Checkpoints written before model.backbone and model.ptv3 existed compare as PTv1 with the defaults."""
-    from pointgeope.engine.checkpoint import config_differences
+    from pointgeope.engine.config_diff import config_differences
 
     now = config_to_dict(load_config(DEMO_CONFIG))
     old = json.loads(json.dumps(now))

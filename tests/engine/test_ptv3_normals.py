@@ -12,8 +12,9 @@ import torch
 import yaml
 
 from pointgeope.engine import build, evaluate
-from pointgeope.engine.checkpoint import config_differences, load_checkpoint, save_checkpoint
+from pointgeope.engine.checkpoint import load_checkpoint, save_checkpoint
 from pointgeope.engine.config import ConfigError, config_to_dict, load_config, load_record
+from pointgeope.engine.config_diff import config_differences
 from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.prediction_info import checkpoint_prediction_info, prediction_metadata
 from pointgeope.errors import UserError

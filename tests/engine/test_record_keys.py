@@ -10,13 +10,13 @@ import yaml
 
 from pointgeope.engine.checkpoint import (
     CheckpointError,
-    config_differences,
     eval_values,
     fold_config,
     load_checkpoint,
     save_checkpoint,
 )
 from pointgeope.engine.config import config_to_dict, load_config
+from pointgeope.engine.config_diff import config_differences
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.report.settings import fold_settings, mixed_settings
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from pointgeope.engine.distributed import DistEnv
-from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState, rank_rng_state
+from pointgeope.engine.rng_states import rank_rng_state
+from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 
 ENV = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 

@@ -6,16 +6,16 @@ import contextlib
 
 import torch
 
-from pointgeope.model import PointTransformerSeg, network
+from pointgeope.model import PointTransformerSeg, stage_memo
 
 
 def shared_and_alone(monkeypatch, built: list, pe: str, tiny: dict, coord, feat, offset) -> list[tuple]:
-    """``(logits, gradients, built)`` of a training step, first with the stage's sharing (``network.shared_tables``)
+    """``(logits, gradients, built)`` of a training step, first with the stage's sharing (``stage_memo.shared``)
     then without it, the same seed; ``built`` (a list a spy appends to) as the forward left it, each time."""
     runs = []
     for share in (True, False):
         if not share:
-            monkeypatch.setattr(network, "shared_tables", contextlib.nullcontext)
+            monkeypatch.setattr(stage_memo, "shared", contextlib.nullcontext)
         torch.manual_seed(0)
         model = PointTransformerSeg(pe=pe, **tiny).train()
         built.clear()

@@ -221,7 +221,7 @@ def test_cloud_means_sum_in_float32_under_autocast():
 
 @pytest.mark.parametrize("pe, path", [("geope", "torch"), ("geope+rpe", "torch"), ("geope", "triton")])
 def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, path, monkeypatch, request):
-    """The forward builds one GeoPE table per stage (rotation.shared_tables), and its logits and every
+    """The forward builds one GeoPE table per stage (stage_memo.shared), and its logits and every
     gradient are bit for bit those of the same network building a table per layer: on the torch path and
     on the Triton kernels (interpreted), which keep the table for their backward."""
     if path == "triton":

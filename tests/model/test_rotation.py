@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from pointgeope.geope import GeoPE, frequencies
+from pointgeope.model import stage_memo
 from pointgeope.model.linear_rotation import relative_blocks, relative_frame, rotate_relative
 from pointgeope.model.rotation import (
     apply_shifted,
@@ -12,7 +13,6 @@ from pointgeope.model.rotation import (
     query_frame,
     rotate_blocks,
     rotation_tables,
-    shared_tables,
     shift_tables,
 )
 from tests.conftest import cuda_devices
@@ -205,11 +205,11 @@ def test_steps_of_queries_give_the_same_values_and_gradients(monkeypatch):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
-def test_shared_tables_build_once_per_inputs_and_again_after_a_write():
+def test_stage_memo_shares_rotation_tables_build_once_per_inputs_and_again_after_a_write():
     _, pos, _, scale = _setup(12, n=15, seed=3)
     fresh = rotation_tables(pos, scale, 12)
     assert rotation_tables(pos, scale, 12) is not fresh                   # outside the block: a table per call
-    with shared_tables():
+    with stage_memo.shared():
         first = rotation_tables(pos, scale, 12)
         assert torch.equal(first, fresh)
         assert rotation_tables(pos, scale, 12) is first
@@ -223,10 +223,10 @@ def test_shared_tables_build_once_per_inputs_and_again_after_a_write():
     assert rotation_tables(pos, scale, 12) is not moved                     # the memo ends with the block
 
 
-def test_shared_tables_take_inference_tensors():
+def test_stage_memo_shares_rotation_tables_take_inference_tensors():
     with torch.inference_mode():
         _, pos, _, scale = _setup(9, n=10, seed=4)
-        with shared_tables():
+        with stage_memo.shared():
             assert rotation_tables(pos, scale, 9) is rotation_tables(pos, scale, 9)
 
 
