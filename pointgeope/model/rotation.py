@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.geope import geometry_dtype, rotation_terms
-from pointgeope.model import geope_pairs, stage_memo
+from pointgeope.model import geope_pairs, shifted_kernel, stage_memo
 from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 from pointgeope.model.ops import gather
 
@@ -147,7 +147,17 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
     """``sum_o T_o[c] x[c + o]`` (``- minus``) for ``x (..., C)`` and ``tables (5, ..., C)`` of ``R``,
     broadcast against ``x`` (e.g. ``(5, N, 1, C)`` over neighbours); ``minus`` broadcasts the same way.
     ``transpose`` applies ``R^T`` with the same tables: ``R^T[d, e] = R[e, d]`` reads ``T_{-o}[c + o]``.
-    Computed in the tables' dtype, or written into ``out`` (``x`` may be half precision: one rounding)."""
+    Computed in the tables' dtype, or written into ``out`` (``x`` may be half precision: one rounding).
+
+    Five kernels (a product, four multiply-adds) on torch's path; one Triton launch where the kernel
+    ``apply_shifted`` runs (CUDA by default) and takes the call (``shifted_kernel.py``), the same sums."""
+    if KERNEL.enabled(x.device) and shifted_kernel.takes(x, tables, minus, out):
+        return KERNEL(x.device, x, tables, minus, transpose, out)
+    return _shifted_torch(x, tables, minus, transpose, out)
+
+
+def _shifted_torch(x: Tensor, tables: Tensor, minus: Tensor | None, transpose: bool, out: Tensor | None) -> Tensor:
+    """``apply_shifted`` by torch ops: the product of ``o = 0`` (from ``-minus``), then ``o = +1, -1, +2, -2``."""
     if minus is None:
         out = torch.mul(tables[2], x, out=out)
     else:
@@ -158,6 +168,9 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
         out[..., :-o].addcmul_(ahead, x[..., o:])              # reads channel c + o
         out[..., o:].addcmul_(behind, x[..., :-o])             # reads channel c - o
     return out
+
+
+KERNEL = shifted_kernel.register(_shifted_torch)       # pointgeope.model.kernels: switch, fallback, info --check
 
 
 def shared_tables() -> contextlib.AbstractContextManager[None]:
