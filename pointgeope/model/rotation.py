@@ -170,7 +170,6 @@ def _shifted_torch(x: Tensor, tables: Tensor, minus: Tensor | None, transpose: b
     return out
 
 
-KERNEL = shifted_kernel.register(_shifted_torch)       # pointgeope.model.kernels: switch, fallback, info --check
 
 
 def shared_tables() -> contextlib.AbstractContextManager[None]:
@@ -194,6 +193,14 @@ def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
 
 
 def _build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
+    """``rotation_tables`` by one Triton launch where the kernel ``rotation_tables`` runs (CUDA by default) and
+    takes the call (``shifted_kernel.tables_take``), else by torch's 20 kernels (:func:`_tables_torch`)."""
+    if TABLES_KERNEL.enabled(pos.device) and shifted_kernel.tables_take(pos, block_scale, channels):
+        return TABLES_KERNEL(pos.device, pos, block_scale, channels)
+    return _tables_torch(pos, block_scale, channels)
+
+
+def _tables_torch(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     """``rotation_tables`` built from the point's axis ``u`` and the blocks' angles (no ``(N, n, 3, 3)``
     matrices): ``R[d, e] = cos delta_de + sin [u]_x[d, e] + (1 - cos) u_d u_e``, an entry ``(d, e)`` on the
     table of its shift ``e - d + 2``. The entries of one shift (the diagonal ``e - d`` of the 3x3 blocks) are
@@ -221,6 +228,10 @@ def _build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
                                                                                           value=sign)
     tables[2, :, 3 * n:] = 1
     return tables
+
+
+# pointgeope.model.kernels: switch, fallback, info --check (shifted_kernel.py)
+KERNEL, TABLES_KERNEL = shifted_kernel.register(_shifted_torch, _tables_torch)
 
 
 def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:

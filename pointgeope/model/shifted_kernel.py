@@ -22,7 +22,7 @@ from torch import Tensor
 from pointgeope.model import kernels
 from pointgeope.model.kernel_choice import kernel_module
 
-__all__ = ["shifted", "takes", "check_cases", "register"]
+__all__ = ["shifted", "takes", "tables_take", "build_tables", "check_cases", "tables_cases", "register"]
 
 BLOCK_R, BLOCK_C, WARPS = 32, 64, 4          # 2,048 outputs a program: 5 + 5 loads each, no reduction
 
@@ -111,6 +111,34 @@ def shifted(x: Tensor, tables: Tensor, minus: Tensor | None, transpose: bool, ou
     return _Shifted.apply(x, tables, minus, transpose)
 
 
+def tables_take(pos: Tensor, block_scale: Tensor, channels: int) -> bool:
+    """Whether the tables' kernel builds ``rotation_tables(pos, block_scale, channels)``: positions ``(N, 3)``
+    in float32 or float64, the scales (of at most ``channels // 3`` blocks) in their dtype and on their device,
+    no gradient."""
+    grads = torch.is_grad_enabled() and (pos.requires_grad or block_scale.requires_grad)
+    return (pos.dim() == 2 and pos.shape[1] == 3 and pos.dtype in (torch.float32, torch.float64)
+            and block_scale.dim() == 1 and 3 * block_scale.shape[0] <= channels and block_scale.device == pos.device
+            and block_scale.dtype == pos.dtype
+            and not grads)
+
+
+def build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
+    """``rotation_tables`` ``(5, N, C)`` in ``pos``'s dtype by one launch of ``triton_rotation.tables`` (a call
+    :func:`tables_take`)."""
+    import triton
+
+    pos, scale = pos.contiguous(), block_scale.to(pos.dtype).contiguous()
+    out = torch.empty(5, pos.shape[0], channels, dtype=pos.dtype, device=pos.device)
+    if out.numel() == 0:
+        return out
+    kernel = kernel_module("pointgeope.model.triton_rotation").tables
+    grid = (triton.cdiv(pos.shape[0], BLOCK_R), triton.cdiv(channels, BLOCK_C))
+    with kernels.launch_device(pos.device):
+        kernel[grid](pos, scale, out, pos.shape[0], channels, scale.shape[0], F64=pos.dtype == torch.float64,
+                     BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, num_warps=WARPS)
+    return out
+
+
 def check_cases(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
     """``info --check``: the points' turn of a GeoPE layer (``R x``, then ``R^T`` of its gradient) on ``pairs``
     rows of width 64 in float32, and the queries' turn back of their ``(N, 16, 64)`` pairs minus the query
@@ -137,7 +165,27 @@ def check_cases(device: torch.device, points: int, pairs: int) -> list[kernels.C
     return cases
 
 
-def register(torch_fn: Callable[..., Tensor]) -> kernels.Kernel:
-    """The kernel's entry in :mod:`pointgeope.model.kernels` (``apply_shifted``, a CUDA default), with
-    ``torch_fn``, ``rotation``'s torch path of the same arguments, and its ``info --check`` cases."""
-    return kernels.register("apply_shifted", triton=shifted, torch=torch_fn, check=check_cases)
+def tables_cases(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+    """``info --check``: the tables of ``points`` positions in a 10 x 8 x 3 m crop at the S3DIS recipe's first
+    scales (grid 0.04 m: phases up to hundreds of radians), width 64, float32, against torch's path; the
+    difference is that of the phases' rounding (``cos`` and ``sin`` of angles known to ``2^-24`` of their size)."""
+    from pointgeope.geope import frequencies
+    from pointgeope.model import rotation
+
+    g = torch.Generator().manual_seed(4)
+    coord = (torch.rand(points, 3, generator=g) * torch.tensor([10.0, 8.0, 3.0])).to(device)
+    scale = (frequencies(64) * 25.0 / 3).to(device)
+    entry = rotation.TABLES_KERNEL
+
+    def compare(got, want):
+        return float((got - want).abs().max()), f"points={points} width=64"
+    return [kernels.CheckCase("float32", lambda: entry(device, coord, scale, 64),
+                              lambda: entry.torch(coord, scale, 64), compare, 1e-4)]
+
+
+def register(torch_fn: Callable[..., Tensor], torch_tables: Callable[..., Tensor]) -> tuple[kernels.Kernel,
+                                                                                             kernels.Kernel]:
+    """The kernels' entries in :mod:`pointgeope.model.kernels` (``apply_shifted``, ``rotation_tables``: CUDA
+    defaults), with ``rotation``'s torch paths of the same arguments, and their ``info --check`` cases."""
+    return (kernels.register("apply_shifted", triton=shifted, torch=torch_fn, check=check_cases),
+            kernels.register("rotation_tables", triton=build_tables, torch=torch_tables, check=tables_cases))

@@ -24,9 +24,11 @@ Decorated when imported in the mode ``TRITON_INTERPRET`` asks for then (``INTERP
 import triton
 import triton.language as tl
 
-from pointgeope.model.kernel_choice import current
+from pointgeope.model.kernel_choice import current, kernel_module
 
 INTERPRET = current().interpret
+# Rodrigues' terms: the in-kernel copy of geope.rotation_terms, from its owner decorated in this same mode
+_rodrigues_terms = kernel_module("pointgeope.model.triton_attention")._rodrigues_terms
 
 
 @triton.jit
@@ -70,3 +72,41 @@ def shifted(x_ptr, t_ptr, m_ptr, out_ptr, M, L1, L2, C,
             acc = _term(acc, x_ptr, t_ptr, xrow, trow, tplane, c, live, C, xsc, tsc, one, 2 + o, o, False)
             acc = _term(acc, x_ptr, t_ptr, xrow, trow, tplane, c, live, C, xsc, tsc, one, 2 - o, -o, False)
     tl.store(out_ptr + i0 * os0 + i1 * os1 + i2 * os2 + c * osc, acc.to(out_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _component(ux, uy, uz, axis):
+    """``u_axis`` of the axis ``(ux, uy, uz)``, ``axis`` a tensor of 0, 1, 2 per channel."""
+    return tl.where(axis == 0, ux, tl.where(axis == 1, uy, uz))
+
+
+@triton.jit
+def tables(pos_ptr, scale_ptr, out_ptr, N, C, NB, F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """``rotation.rotation_tables`` of ``pos (N, 3)`` and ``block_scale (NB,)`` into ``out (5, N, C)``: for channel
+    ``c = 3b + d`` of block ``b < NB``, table ``s`` holds ``R_b[d, e]`` with ``e = d + s - 2`` (0 where ``e``
+    leaves the block), ``R = cos I + sin [u]_x + versine u u^T`` from Rodrigues' terms of ``k_b p``
+    (``triton_attention._rodrigues_terms``); the pass-through channels ``c >= 3 NB`` hold 1 on table 2, else 0.
+    Entries by torch's expressions: ``fma(versine, u_d u_d, cos)`` on the diagonal, ``fma(+-sin, u_f, versine
+    u_d u_e)`` off it (``f`` the third axis)."""
+    r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None]
+    c = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)[None, :]
+    live = (r < N) & (c < C)
+    one = tl.full([1, 1], 1.0, tl.float64 if F64 else tl.float32)
+    px = tl.load(pos_ptr + r * 3, mask=r < N, other=0.0) * one
+    py = tl.load(pos_ptr + r * 3 + 1, mask=r < N, other=0.0) * one
+    pz = tl.load(pos_ptr + r * 3 + 2, mask=r < N, other=0.0) * one
+    b, d = c // 3, c % 3
+    in_block = b < NB
+    scale = tl.load(scale_ptr + b, mask=in_block & (c < C), other=0.0) * one
+    ux, uy, uz, cos, sin, versine = _rodrigues_terms(px, py, pz, scale)
+    ud = _component(ux, uy, uz, d)
+    for s in tl.static_range(5):
+        e = d + (s - 2)
+        uu = ud * _component(ux, uy, uz, e)
+        right = ((d == 1) & (e == 0)) | ((d == 2) & (e == 1)) | ((d == 0) & (e == 2))     # [u]_x[d, e] = +u_f
+        turn = tl.where(right, sin, -sin)
+        entry = tl.where(e == d, tl.fma(versine, uu, cos), tl.fma(turn, _component(ux, uy, uz, 3 - d - e),
+                                                                  versine * uu))
+        rest = tl.where(in_block, 0.0 * one, (1.0 if s == 2 else 0.0) * one)                # pass-through
+        value = tl.where(in_block & (e >= 0) & (e < 3), entry, rest)
+        tl.store(out_ptr + s * N * C + r * C + c, value.to(out_ptr.dtype.element_ty), mask=live)

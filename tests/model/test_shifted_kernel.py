@@ -1,6 +1,7 @@
-"""Tests of the one-launch ``apply_shifted`` (pointgeope/model/shifted_kernel.py, triton_rotation.py) in Triton's
-interpreter: equal to torch's path (the same fused multiply-adds in the same order), to GeoPE's rotation written as
-explicit 3x3 matrices, its gradients by gradcheck, and a GeoPE layer's step on the CUDA default taking it."""
+"""Tests of the one-launch ``apply_shifted`` and ``rotation_tables`` (pointgeope/model/shifted_kernel.py,
+triton_rotation.py) in Triton's interpreter: equal to torch's path (``apply_shifted``: the same fused multiply-adds
+in the same order), to GeoPE's rotation written as explicit 3x3 matrices, gradients by gradcheck, and a GeoPE
+layer's step on the CUDA default taking both."""
 from __future__ import annotations
 
 import pytest
@@ -92,6 +93,34 @@ def test_gradients_by_gradcheck(ran, transpose):
     assert ran == {"triton"}
 
 
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 3e-5)])
+@pytest.mark.parametrize("channels, blocks", [(32, 10), (35, 11), (35, 9)])
+def test_the_tables_kernel_writes_each_blocks_3x3_matrix(interpreted_cpu, dtype, atol, channels, blocks):
+    """The tables' kernel: ``T_s[i, 3b + d] = R_b(p_i)[d, d + s - 2]`` of the explicit matrices
+    ``rotation_matrix(A k_b p)`` in float64 (0 where ``d + s - 2`` leaves the block), 1 on ``T_0`` past the blocks
+    and 0 elsewhere, the identity at the origin; float32 within its phases' rounding (phases up to ~110 rad in a
+    10 x 8 x 3 m crop at the recipe's scales: ``2^-24`` of that), and torch's path within the same."""
+    g = torch.Generator().manual_seed(5)
+    pos = torch.rand(30, 3, generator=g, dtype=torch.float64) * torch.tensor([10.0, 8.0, 3.0], dtype=torch.float64)
+    pos[0] = 0
+    scale = (frequencies(channels) * 25.0 / 3)[:blocks].double()
+    rotation.TABLES_KERNEL.ran.clear()
+    got = rotation.rotation_tables(pos.to(dtype), scale.to(dtype), channels)
+    assert rotation.TABLES_KERNEL.ran == {"triton"} and got.dtype == dtype and got.shape == (5, 30, channels)
+    mats = rotation_matrix(3 * scale[:, None] * pos[:, None, :])                    # (N, n, 3, 3)
+    want = torch.zeros(5, 30, channels, dtype=torch.float64)
+    for s in range(5):
+        for d in range(3):
+            if 0 <= d + s - 2 < 3:
+                want[s, :, d: 3 * blocks: 3] = mats[:, :, d, d + s - 2]
+    want[2, :, 3 * blocks:] = 1
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=atol)
+    assert torch.equal(got[:, 0], want[:, 0].to(dtype))                             # R = I exactly at p = 0
+    assert torch.equal(got[..., 3 * blocks:], want[..., 3 * blocks:].to(dtype))
+    torch.testing.assert_close(got, rotation._tables_torch(pos.to(dtype), scale.to(dtype), channels), rtol=0,
+                               atol=atol)
+
+
 def test_tables_that_need_a_gradient_stay_on_torch(ran):
     """The kernel has no gradient for the tables: with tables that need one, torch's path (autograd)."""
     _, _, tables, x, _, _ = _inputs(9, torch.float64, n=5)
@@ -110,8 +139,9 @@ def test_the_cpu_default_stays_on_torch(kernel_failures_forgotten, monkeypatch):
 
 def test_a_geope_layers_step_on_the_cuda_default_takes_the_kernel(interpreted_cpu, monkeypatch):
     """A standard GeoPE layer's training step on the CUDA default's choices (CPU tensors asked about as CUDA
-    ones, the switch unset): the points are turned by the kernel before the fused relation and turned back by it
-    in the relation's backward, never by torch's five ops; output and gradients as on torch's path."""
+    ones, the switch unset): the tables are built by their kernel, the points turned by the kernel before the
+    fused relation and turned back by it in the relation's backward, never by torch's ops; output and gradients
+    as on torch's path."""
     from pointgeope.model import PointTransformerLayer
     from pointgeope.model.kernel_choice import forced
 
@@ -136,7 +166,10 @@ def test_a_geope_layers_step_on_the_cuda_default_takes_the_kernel(interpreted_cp
     fused = rotation.KERNEL.triton
     monkeypatch.setattr(rotation.KERNEL, "triton", lambda *a: calls.append(a[3]) or fused(*a))
     monkeypatch.setattr(rotation.KERNEL, "torch", lambda *a: pytest.fail("torch's apply_shifted ran"))
+    monkeypatch.setattr(rotation.TABLES_KERNEL, "torch", lambda *a: pytest.fail("torch's tables ran"))
+    rotation.TABLES_KERNEL.ran.clear()
     got = step()
     assert calls == [False, True]                 # R x (forward), then R^T of the points' gradient (backward)
+    assert rotation.TABLES_KERNEL.ran == {"triton"}
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
