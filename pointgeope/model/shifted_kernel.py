@@ -24,7 +24,11 @@ from pointgeope.model.kernel_choice import kernel_module
 
 __all__ = ["shifted", "takes", "tables_take", "build_tables", "check_cases", "tables_cases", "register"]
 
-BLOCK_R, BLOCK_C, WARPS = 32, 64, 4          # 2,048 outputs a program: 5 + 5 loads each, no reduction
+# Tiles (rows, channels) and warps: 4 outputs a thread for apply_shifted, 2 for the tables. At 16 (32 x 64, 4 warps)
+# the int64 addresses of an output's ten loads spilled on sm_80, as float64's sin and cos did at 4 (no spill at these:
+# bench/triton_compile_check.py)
+BLOCK_R, BLOCK_C, WARPS = 16, 64, 8
+TABLE_R, TABLE_C = 16, 32
 
 
 def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -> bool:
@@ -132,10 +136,10 @@ def build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     if out.numel() == 0:
         return out
     kernel = kernel_module("pointgeope.model.triton_rotation").tables
-    grid = (triton.cdiv(pos.shape[0], BLOCK_R), triton.cdiv(channels, BLOCK_C))
+    grid = (triton.cdiv(pos.shape[0], TABLE_R), triton.cdiv(channels, TABLE_C))
     with kernels.launch_device(pos.device):
         kernel[grid](pos, scale, out, pos.shape[0], channels, scale.shape[0], F64=pos.dtype == torch.float64,
-                     BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, num_warps=WARPS)
+                     BLOCK_R=TABLE_R, BLOCK_C=TABLE_C, num_warps=WARPS)
     return out
 
 
