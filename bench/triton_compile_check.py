@@ -311,7 +311,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The options (``--help`` prints them; an unknown option exits 2 with argparse's message)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--quick", action="store_true",
-                        help="sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta")
+                        help="sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta; "
+                        "the shift tables' kernels on float32 tables")
     return parser.parse_args(argv)
 
 

@@ -13,9 +13,9 @@ relation's kernel, and back in its backward). Here it is one launch. A program t
 each tensor read through its own strides (0 where it broadcasts: the tables ``(5, N, 1, C)`` of the queries over
 their ``(N, k, C)`` pairs). The terms are added in torch's order (the product of ``o = 0``, or its fused
 multiply-add onto ``-m`` where there is one; then ``o = +1, -1, +2, -2``), each a fused multiply-add (``tl.fma``:
-one rounding, as torch's ``addcmul`` on the CPU and on CUDA) in the accumulation type (float32, or float64 for
-float64 tables): the same expression as torch's, so the same bits where the fma rounds once (the GPU; Triton 3.9's
-interpreter; older interpreters round the product, then the sum: within one rounding of torch's). Loads are
+one rounding, as torch's ``addcmul`` on the CPU, measured) in the accumulation type (float32, or float64 for
+float64 tables): the same expression as torch's, so the same bits as torch's CPU path where the interpreter's fma
+rounds once (Triton 3.9's; older interpreters round the product, then the sum: within one rounding of it). Loads are
 converted to the accumulation type, the store rounds once to the output's type. Offsets are int64.
 
 Decorated when imported in the mode ``TRITON_INTERPRET`` asks for then (``INTERPRET``), reloaded by
