@@ -20,12 +20,16 @@ default ``enable_fp_fusion`` and promise no rounding per operation, so fused mul
 refused. Batch norm with its ReLU: the six kernels of ``norm.py`` at its tiles for widths 3, 8, 16, 32, 64
 (every tile of the recipe's norms, whose widths 4..512 share them), float32 and bfloat16 rows, training (batch
 statistics, running buffers updated), and at width 64 eval and float64 (fused multiply-adds counted too); the
-plain norm (no ReLU) at the same settings, the three kernels that take the activation's flag.
+plain norm (no ReLU) at the same settings, the three kernels that take the activation's flag. GeoPE's shift
+tables (``triton_rotation``): ``shifted`` (``apply_shifted``: float32, bfloat16 and float64 features, with and
+without ``minus``, ``R`` and ``R^T``) and ``tables``, float32 and float64, at ``shifted_kernel``'s tiles (their
+multiply-adds are fused by design, ``tl.fma``: counted, not refused).
 Prints one JSON object; exit code 1 if any kernel failed or spills, or an ops kernel fused.
 ``TRITON_INTERPRET`` must be unset.
 
 Usage: python bench/triton_compile_check.py [--quick]
-  (--quick: sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta)
+  (--quick: sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta; the shift
+  tables' kernels on float32 tables, float32 and bfloat16 features, without minus)
 """
 from __future__ import annotations
 
@@ -47,9 +51,11 @@ from pointgeope.model import (
     fused_attention,
     gather_backward,
     norm,
+    shifted_kernel,
     triton_attention as att,
     triton_gather as gat,
     triton_norm,
+    triton_rotation,
 )
 from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
 from pointgeope.model.ops.backends import TRITON_KNN_MAX_K
@@ -158,6 +164,29 @@ def norm_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
                 out += [case for case in _norm_at(width, t, True, prefix=True, relu=relu)    # reading the count
                         if case[1].fn.__name__ in (("stats_partials", "stats_finish", "grad_input") if relu
                                                    else ("grad_input",))]
+    return out
+
+
+def rotation_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
+    """GeoPE's shift tables (``triton_rotation``) as ``shifted_kernel`` launches them: ``shifted`` (``apply_shifted``)
+    for features of each type (float32 and bfloat16 on float32 tables, float64 on float64), with and without
+    ``minus``, ``R`` and ``R^T``; ``tables`` in float32 and float64 (quick: float32 and bfloat16 features, no
+    ``minus``, both ways; float32 tables). Both fuse multiply-adds by design (``tl.fma``, torch's ``addcmul``)."""
+    ints = {n: "i32" for n in ("M", "L1", "L2", "C", "N", "NB", "xs0", "xs1", "xs2", "xsc", "ts0", "ts1", "ts2", "tsc",
+                               "tplane", "ms0", "ms1", "ms2", "msc", "os0", "os1", "os2", "osc")}
+    tiles = dict(BLOCK_R=shifted_kernel.BLOCK_R, BLOCK_C=shifted_kernel.BLOCK_C)
+    options, out = dict(FUSED, num_warps=shifted_kernel.WARPS), []
+    for t, acc in (("fp32", "fp32"), ("bf16", "fp32")) + (() if quick else (("fp64", "fp64"),)):
+        sig = dict(ints, x_ptr=f"*{t}", t_ptr=f"*{acc}", m_ptr=f"*{acc}", out_ptr=f"*{acc}")
+        for minus in (False,) if quick else (False, True):
+            for transpose in (False, True):
+                meta = dict(tiles, HAS_MINUS=minus, TRANSPOSE=transpose, F64=acc == "fp64")
+                name = f"rot_shifted_{t}{'_minus' if minus else ''}{'_transpose' if transpose else ''}"
+                out.append((name, triton_rotation.shifted, sig, meta, options))
+    for t in ("fp32",) if quick else ("fp32", "fp64"):
+        sig = dict(ints, pos_ptr=f"*{t}", scale_ptr=f"*{t}", out_ptr=f"*{t}")
+        table = dict(BLOCK_R=shifted_kernel.TABLE_R, BLOCK_C=shifted_kernel.TABLE_C, F64=t == "fp64")
+        out.append((f"rot_tables_{t}", triton_rotation.tables, sig, table, options))
     return out
 
 
@@ -282,7 +311,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The options (``--help`` prints them; an unknown option exits 2 with argparse's message)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--quick", action="store_true",
-                        help="sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta")
+                        help="sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta; "
+                        "the shift tables' kernels on float32 tables")
     return parser.parse_args(argv)
 
 
@@ -295,14 +325,14 @@ def main() -> int:
     ops = [(n, k, s, c, dict(o, enable_fp_fusion=False)) for n, k, s, c, o in ops_cases()]
     JOBS[:] = [(f"{name}_sm{arch}", (kernel, signature, constexprs, options, arch))
                for name, kernel, signature, constexprs, options in ops + attention_cases(quick) + norm_cases(quick)
-               + ([] if quick else gather_sweep_cases())
+               + rotation_cases(quick) + ([] if quick else gather_sweep_cases())
                if not (quick and name.startswith("knn_") and name != "knn_k16")
                for arch in ((90,) if quick else (80, 90))]
     with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
         result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS))), strict=True))
     print(json.dumps(result, indent=2))
     bad = [k for k, v in result["kernels"].items() if not v["ok"] or (v["fma_f32"] and not k.startswith(
-        ("att_", "norm_", "sweep_"))) or (v.get("spill_store_bytes", 1) > 0 and not k.startswith("sweep_"))]
+        ("att_", "norm_", "sweep_", "rot_"))) or (v.get("spill_store_bytes", 1) > 0 and not k.startswith("sweep_"))]
     print(f"{len(result['kernels'])} compiled; failed, fused or spilling: {bad or 'none'}", file=sys.stderr)
     return 1 if bad else 0
 

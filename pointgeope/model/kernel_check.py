@@ -10,8 +10,10 @@ difference and the kernel's time (median of 3 runs after one that compiles)::
     aggregate fwd+bwd             triton    2.4e-07    1.9       (outputs and gradients, float32)
 
 The rows are the cases every registered kernel gives (:class:`pointgeope.model.kernels.Kernel`, ``check``),
-kernels by name; the relation's, standard GeoPE's and the aggregation's have a second row, their backward
-summed the other way (``gather_backward.SCATTER``: with atomics by default, by source point in the second row). Sizes
+kernels by name (GeoPE's shift tables: ``apply_shifted``'s turn of the points and of the pairs, forward and
+backward, and ``rotation_tables``, ``shifted_kernel.py``); the relation's, standard GeoPE's and the aggregation's
+have a second row, their backward summed the other way (``gather_backward.SCATTER``: with atomics by default, by
+source point in the second row). Sizes
 are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16, share_planes 8) and
 small under Triton's CPU interpreter (``POINTGEOPE_KERNELS=triton TRITON_INTERPRET=1``).
 """

@@ -1,5 +1,6 @@
 """The Triton kernels of the package, each registered once, and what happens when one fails: the one place that
-runs a kernel for the point ops (FPS, kNN), the fused attention and the compiled GeoPE pair kernels.
+runs a kernel for the point ops (FPS, kNN), the fused attention, the batch norm, GeoPE's shift tables and the
+compiled GeoPE pair kernels.
 
 **Registering.** A kernel is a :class:`Kernel`: its name, its Triton function, its torch function (the same
 arguments, the same result), whether it sums with atomics, and its ``pointgeope info --check`` cases;

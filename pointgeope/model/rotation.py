@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.geope import geometry_dtype, rotation_terms
-from pointgeope.model import geope_pairs, stage_memo
+from pointgeope.model import geope_pairs, shifted_kernel, stage_memo
 from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 from pointgeope.model.ops import gather
 
@@ -146,7 +146,17 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
     """``sum_o T_o[c] x[c + o]`` (``- minus``) for ``x (..., C)`` and ``tables (5, ..., C)`` of ``R``,
     broadcast against ``x`` (e.g. ``(5, N, 1, C)`` over neighbours); ``minus`` broadcasts the same way.
     ``transpose`` applies ``R^T`` with the same tables: ``R^T[d, e] = R[e, d]`` reads ``T_{-o}[c + o]``.
-    Computed in the tables' dtype, or written into ``out`` (``x`` may be half precision: one rounding)."""
+    Computed in the tables' dtype, or written into ``out`` (``x`` may be half precision: one rounding).
+
+    Five kernels (a product, four multiply-adds) on torch's path; one Triton launch where the kernel
+    ``apply_shifted`` runs (CUDA by default) and takes the call (``shifted_kernel.py``), the same sums."""
+    if KERNEL.enabled(x.device) and shifted_kernel.takes(x, tables, minus, out):
+        return KERNEL(x.device, x, tables, minus, transpose, out)
+    return _shifted_torch(x, tables, minus, transpose, out)
+
+
+def _shifted_torch(x: Tensor, tables: Tensor, minus: Tensor | None, transpose: bool, out: Tensor | None) -> Tensor:
+    """``apply_shifted`` by torch ops: the product of ``o = 0`` (from ``-minus``), then ``o = +1, -1, +2, -2``."""
     if minus is None:
         out = torch.mul(tables[2], x, out=out)
     else:
@@ -169,6 +179,14 @@ def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
 
 
 def _build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
+    """``rotation_tables`` by one Triton launch where the kernel ``rotation_tables`` runs (CUDA by default) and
+    takes the call (``shifted_kernel.tables_take``), else by torch's 20 kernels (:func:`_tables_torch`)."""
+    if TABLES_KERNEL.enabled(pos.device) and shifted_kernel.tables_take(pos, block_scale, channels):
+        return TABLES_KERNEL(pos.device, pos, block_scale, channels)
+    return _tables_torch(pos, block_scale, channels)
+
+
+def _tables_torch(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     """``rotation_tables`` built from the point's axis ``u`` and the blocks' angles (no ``(N, n, 3, 3)``
     matrices): ``R[d, e] = cos delta_de + sin [u]_x[d, e] + (1 - cos) u_d u_e``, an entry ``(d, e)`` on the
     table of its shift ``e - d + 2``. The entries of one shift (the diagonal ``e - d`` of the 3x3 blocks) are
@@ -196,6 +214,10 @@ def _build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
                                                                                           value=sign)
     tables[2, :, 3 * n:] = 1
     return tables
+
+
+# pointgeope.model.kernels: switch, fallback, info --check (shifted_kernel.py)
+KERNEL, TABLES_KERNEL = shifted_kernel.register(_shifted_torch, _tables_torch)
 
 
 def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:

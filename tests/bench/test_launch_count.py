@@ -74,8 +74,8 @@ def test_a_stage_computes_its_displacements_once(launch_count, pe):
     """A training step of a tiny network on the CUDA path: the launches of each attention layer's own code
     (not its Linears' and norms') are its two Triton kernels (relation, aggregation), plus the gather and
     subtraction of ``p_j - p_i`` (2) in the first layer of each stage only; ``geope`` also turns the points
-    (``apply_shifted``: a product and 4 multiply-adds) in every layer and builds its stage's tables (20)
-    in the first."""
+    (``apply_shifted``: one Triton launch, where torch's path takes a product and 4 multiply-adds) in every layer
+    and builds its stage's tables (one launch, torch's 20) in the first."""
     from pointgeope.model import PointTransformerSeg
 
     g = torch.Generator().manual_seed(0)
@@ -94,8 +94,11 @@ def test_a_stage_computes_its_displacements_once(launch_count, pe):
     layers = {name: counter.where["forward", name] for name, m in model.named_modules()
               if type(m).__name__ == "PointTransformerLayer"}
     first = {"encoder.0.0.attention", "encoder.1.0.attention", "encoder.2.0.attention"}
-    own = 2 + (5 if pe == "geope" else 0)
-    assert layers == {name: own + (2 + (20 if pe == "geope" else 0) if name in first else 0) for name in layers}
+    own = 2 + (1 if pe == "geope" else 0)
+    assert layers == {name: own + (2 + (1 if pe == "geope" else 0) if name in first else 0) for name in layers}
+    if pe == "geope":
+        assert counter.ops["forward", "triton:shifted"] == len(layers) and \
+            counter.ops["forward", "triton:tables"] == len(first)
 
 
 @pytest.mark.parametrize("train", [True, False])

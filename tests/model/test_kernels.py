@@ -174,16 +174,19 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
     rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
-    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "aggregate", "batch_norm", "batch_norm", "batch_norm",
+    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "aggregate", "apply_shifted", "apply_shifted",
+                                                   "batch_norm", "batch_norm", "batch_norm",
                                                    "batch_norm_relu", "batch_norm_relu", "batch_norm_relu",
                                                    "fps", "frame_relation", "frame_relation", "knn", "knn", "knn",
-                                                   "linear_relation", "relation", "relation"]
+                                                   "linear_relation", "relation", "relation", "rotation_tables"]
     assert [r.kernel for r in rows if r.kernel.startswith("relation")] == ["relation fwd+bwd",
                                                                            "relation fwd+bwd sorted"]  # both sums
     assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
     by_name = {r.kernel.split()[0]: r for r in rows}
     assert by_name["fps"].max_diff == 0
     assert max(by_name[k].max_diff for k in ("aggregate", "relation", "frame_relation", "linear_relation")) < 1e-4
+    assert max(r.max_diff for r in rows if r.kernel.startswith("apply_shifted")) < 1e-5      # GeoPE's shift tables
+    assert by_name["rotation_tables"].max_diff < 1e-4                                       # (phases' rounding)
     monkeypatch.setattr(fused_attention.triton_kernels(), "aggregate_backward", Failing(LAUNCH_ERROR))
     with pytest.warns(KernelFallbackWarning):
         rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)

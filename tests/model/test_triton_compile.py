@@ -1,6 +1,7 @@
 """Test of bench/triton_compile_check.py: the Triton kernels of pointgeope/model/ops and of the fused attention
-(triton_attention.py) and of batch norm, with its ReLU and without (triton_norm.py), pass the real compiler for
-sm_90 (no GPU needed), the ops without a fused multiply-add, which the interpreter-run tests cannot check."""
+(triton_attention.py), of batch norm, with its ReLU and without (triton_norm.py), and of GeoPE's shift tables
+(triton_rotation.py) pass the real compiler for sm_90 (no GPU needed), the ops without a fused multiply-add,
+which the interpreter-run tests cannot check."""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,8 @@ NORM_KINDS = {f"norm_{kernel}_bf16_train" for kernel in ("stats_partials", "stat
     | {f"norm_{kernel}_bf16_prefix" for kernel in ("stats_partials", "stats_finish", "grad_input")} \
     | {f"norm_{kernel}_bf16_train_plain" for kernel in ("normalize", "grad_partials", "grad_input")} \
     | {"norm_grad_input_bf16_prefix_plain"}     # the plain norm's: the kernels that take the ReLU's flag
+ROT_KINDS = {f"rot_shifted_{t}{way}_sm90" for t in ("fp32", "bf16") for way in ("", "_transpose")} \
+    | {"rot_tables_fp32_sm90"}                   # GeoPE's shift tables: apply_shifted, the tables
 
 
 @pytest.mark.slow
@@ -36,7 +39,8 @@ def test_the_kernels_compile_for_sm90_the_ops_with_one_rounding_per_operation_an
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     kernels = json.loads(proc.stdout)["kernels"]
     ops = ["fps_stream_sm90", "knn_k16_sm90"] + [f"fps_rounds_nbp{n}_sm90" for n in (2048, 512, 128, 2)]
-    assert sorted(k for k in kernels if not k.startswith(("att_", "norm_"))) == sorted(ops)
+    assert sorted(k for k in kernels if not k.startswith(("att_", "norm_", "rot_"))) == sorted(ops)
+    assert {k for k in kernels if k.startswith("rot_")} == ROT_KINDS
     assert {k.split("_tile")[0] for k in kernels if k.startswith("norm_")} == NORM_KINDS  # with the ReLU, without
     assert {k.split("_tile")[0] for k in kernels if k.startswith("att_")} == KINDS   # k = 16, width 64, share_planes 8
     assert all(k["ok"] and k["spill_store_bytes"] == 0 for k in kernels.values())
