@@ -15,8 +15,8 @@ than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_rati
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
 that holds it (a loop), an ``Area_N.zip`` whose area has no folder (a zip inside RAW is not opened: its area
 would vanish from the folds; another archive or a partial download likewise, one named otherwise that holds an
-area's name in a warning), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
-target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
+area's or the dataset's name in a warning), a zip member under ``Area_N`` that is a symbolic link (``zip -y``:
+its data is the target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
 vanish from the folds), a room without annotations, two folders of one area number (``Area_1`` and
 ``Area_01``) and two files of one object (``wall_1.txt`` and ``wall_1.TXT``; :mod:`data_prep.names`). A
 member that is corrupt (bad CRC, broken deflate stream) or a file that cannot be read is an error naming it.
@@ -173,7 +173,7 @@ class Source:
         check_zipped_areas(self.location, listed, areas, in_zip)
         check_packed_areas(self.location, listed, areas, in_zip)
         if not areas:
-            raise SourceError(self._no_area_message(entries, likely_areas(self.location, listed, areas, in_zip)))
+            raise SourceError(self._no_area_message(entries, likely_areas(self.location, listed, areas, in_zip, True)))
         warn_likely_areas(self.location, listed, areas, in_zip)
         bare = [f"{areas[a]}/{r} ({_why_bare(f'{areas[a]}/{r}', (a, r) in has_annotations, spelt.get((a, r)))})"
                 for (a, r), files in sorted(rooms.items()) if not files]
@@ -213,7 +213,7 @@ class Source:
         if self.unreadable:
             return f"{start}; cannot read {', '.join(self.unreadable)}: check its permissions (ls -ld)"
         if likely:
-            return f"{start}; {likely_area(self.location, likely[0], isinstance(self, ZipSource))}"
+            return f"{start}; {likely_area(self.location, likely[0], isinstance(self, ZipSource), {})}"
         return (f"{start}; it holds {shown_paths(names) or 'nothing'}: point RAW at the folder (or .zip) that holds "
                 "Area_1 ... Area_6")
 
