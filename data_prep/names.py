@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import zipfile
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from shlex import quote
 
 from pointgeope.errors import UserError
@@ -267,6 +267,20 @@ def likely_area(location: str, path: str, in_zip: bool, areas: dict[str, str]) -
             f"{agreeing(n, 'has', 'have')} no folder here (prepare opens no archive inside RAW, so "
             f"{agreeing(n, 'it', 'they')} would be left out of the folds): if it holds "
             f"{agreeing(n, 'it', 'them')}, {action}")
+
+
+def raw_archive(raw: Path) -> str | None:
+    """The line for RAW given as an archive prepare does not read, by its name (:data:`_ARCHIVE`: a tar, 7z or rar,
+    or a partial download of any archive): what to do, with the command that unpacks it; ``None`` for another
+    file. Such a RAW was "a file that is not a zip", which said neither what to do nor how."""
+    match = _ARCHIVE.fullmatch(raw.name)
+    if match is None or (raw.name.lower().endswith(".zip") and not match.group("partial")):
+        return None
+    reads = "prepare reads a folder, or a .zip in place"
+    if match.group("partial"):
+        return f"{raw}: a partial download ({reads}): finish the download, then give what it becomes"
+    return (f"{raw}: an archive that prepare does not read ({reads}): unpack it "
+            f"({_unpack_command(PurePosixPath(raw), str(raw.parent))}) and give the folder it makes")
 
 
 def warn_likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:

@@ -52,6 +52,7 @@ from data_prep.names import (
     misnamed_area,
     object_class,
     object_key,
+    raw_archive,
     shown_paths,
     warn_likely_areas,
 )
@@ -381,8 +382,10 @@ def open_source(raw: str | Path, zip_limits: ZipLimits = ZipLimits()) -> Source:
             raise SourceError(f"{raw}: a zip cut short ({raw.stat().st_size:,} bytes, no end record): an incomplete "
                               "download or copy; compare its size with the original's and download or copy it again")
         if raw.suffix.lower() == ".zip":
-            found = f"it starts with {head!r}, a zip with b'PK'" if head else "it is empty"
+            found = f"it starts with {head!r}, a zip with b'PK\\x03\\x04'" if head else "it is empty"
             raise SourceError(f"{raw}: named .zip but not a zip ({found}): an error page or a failed download saved "
                               "in its place?; download it again")
+        if line := raw_archive(raw):  # a tar, 7z or rar: how to unpack it
+            raise SourceError(line)
     what = "a file that is not a zip" if raw.exists() else "nothing"
     raise SourceError(f"expected RAW to be an S3DIS folder or .zip, found {what} at {raw}")

@@ -118,3 +118,52 @@ def test_inside_raws_zip_it_says_to_unpack_raw_first(tmp_path, capsys):
     open_source(raw).rooms()
     assert capsys.readouterr().err.endswith(f"if it holds them, unpack {raw} into a folder and it beside the areas "
                                             "there, then prepare that folder\n")
+
+
+@pytest.mark.parametrize(("name", "flag"), [("Stanford3dDataset_v1.2_Aligned_Version.tar", "-xf"),
+                                            ("s3dis.tar.gz", "-xzf"), ("S3DIS.TGZ", "-xzf")])
+def test_raw_given_as_a_tar_says_to_unpack_it_with_the_command(tmp_path, capsys, name, flag):
+    """The line said "expected RAW to be an S3DIS folder or .zip, found a file that is not a zip": neither what the
+    file is nor what to do. Running the command it gives, then preparing the folder the tar makes, reads it."""
+    top = "Stanford3dDataset_v1.2_Aligned_Version"
+    raw = tmp_path / name
+    raw.write_bytes(_tar(top, range(1, 3)) if flag == "-xzf" else _plain_tar(top))
+    assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (f"pointgeope prepare: error: {raw}: an archive that prepare does not read (prepare reads a "
+                    f"folder, or a .zip in place): unpack it (tar {flag} {raw} -C {tmp_path}) and give the folder it "
+                    "makes")
+    subprocess.run(["tar", flag, str(raw), "-C", str(tmp_path)], check=True)
+    assert [r.area for r in open_source(tmp_path / top).rooms()] == ["Area_1", "Area_2"]
+
+
+@pytest.mark.parametrize("name", ["s3dis.7z", "Stanford3dDataset_v1.2.rar", "s3dis.zip.part", "s3dis.tar.crdownload"])
+def test_raw_given_as_another_archive_or_a_partial_download_says_what_to_do(tmp_path, name):
+    raw = tmp_path / name
+    raw.write_bytes(b"x")
+    with pytest.raises(SourceError) as err:
+        open_source(raw)
+    if "." + name.rsplit(".", 1)[-1] in (".part", ".crdownload"):
+        assert str(err.value) == (f"{raw}: a partial download (prepare reads a folder, or a .zip in place): finish the "
+                                  "download, then give what it becomes")
+    else:
+        command = f"7z x {raw} -o{tmp_path}" if name.endswith(".7z") else f"unrar x {raw} {tmp_path}/"
+        assert str(err.value) == (f"{raw}: an archive that prepare does not read (prepare reads a folder, or a .zip in "
+                                  f"place): unpack it ({command}) and give the folder it makes")
+
+
+def test_raw_given_as_another_file_is_still_a_file_that_is_not_a_zip(tmp_path):
+    (tmp_path / "notes.txt.gz").write_bytes(b"x")
+    with pytest.raises(SourceError, match="found a file that is not a zip"):
+        open_source(tmp_path / "notes.txt.gz")
+
+
+def _plain_tar(top: str) -> bytes:
+    """An uncompressed tar of ``top/Area_k/t/Annotations/wall_1.txt`` for k = 1, 2."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for k in (1, 2):
+            info = tarfile.TarInfo(f"{top}/Area_{k}/t/Annotations/wall_1.txt")
+            info.size = len(WALL)
+            archive.addfile(info, io.BytesIO(WALL))
+    return buffer.getvalue()
