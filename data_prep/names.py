@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import zipfile
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from shlex import quote
 
 from pointgeope.constants import AREA_NAME
@@ -39,6 +39,10 @@ _HOLDS_AREA = re.compile(r"(?<![a-z0-9])area[ _-]?(\d+)(?![0-9])", re.IGNORECASE
 _ARCHIVE = re.compile(r"(?:.+\.(?:zip|tar\.gz|tgz|tar\.bz2|tbz2?|tar\.xz|txz|tar|7z|rar)"
                       r"|(?:[^.]*|.*\.[^.]*[^.a-z][^.]*)\.(?:gz|bz2|xz))(?P<partial>\.(?:part|crdownload|download))?",
                       re.IGNORECASE)
+# S3DIS's areas, Area_1 ... Area_6; and the words of the whole dataset's archive named for none of them
+# (Stanford3dDataset_v1.2_Aligned_Version.tar, s3dis.tar.gz, dataset.7z, 2D-3D-S.zip.part): named in a warning
+S3DIS_AREAS = range(1, 7)
+DATASET_NAME = re.compile(r"s3dis|stanford|dataset|2d-?3d-?s", re.IGNORECASE)
 OBJECT = re.compile(r"(.+)_(\d+)")
 # an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
 OBJECT_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*_\d+")
@@ -208,44 +212,82 @@ def archive_files(paths: list[tuple[str, bool]]) -> list[str]:
     return list(out)
 
 
-def likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> list[str]:
+def likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool,
+                 any_archive: bool = False) -> list[str]:
     """The paths among ``files`` (as :func:`check_zipped_areas`) that may hold an area without a folder in
     ``areas``, by their name alone: an archive or a partial download of one whose name holds an area's as a word
     (``S3DIS_Area_3.tar.gz``, ``Area_3.gz``, ``s3dis-area-3.7z.part``), none the refusals know by name (they are
-    checked first). Such a name does not say what the file holds (``Area_3_notes.tar.gz``), and a multi-GB archive
-    is not opened to see: named, not refused. A zip in a RAW folder is among them only where it is no readable zip
-    (cut short: no member list to read); a readable one's members say what it holds (:func:`check_zipped_areas`)."""
+    checked first), and, while one of S3DIS's six areas has no folder, one outside the area folders whose name holds
+    no area's but the dataset's (:data:`DATASET_NAME`: ``Stanford3dDataset_v1.2_Aligned_Version.tar``,
+    ``s3dis.tar.gz``), or any name where ``any_archive`` (RAW holds no area: the refusal names it). Such a name does
+    not say what the file holds (``Area_3_notes.tar.gz``), and a multi-GB archive is not opened to see: named, not
+    refused. A zip in a RAW folder is among them only where it is no readable zip (cut short: no member list to
+    read); a readable one's members say what it holds (:func:`check_zipped_areas`)."""
     numbers = _numbers(areas)
-    return sorted(f for f in files if (m := _HOLDS_AREA.search(name := f.rsplit("/", 1)[-1]))
-                  and int(m.group(1)) not in numbers and _ARCHIVE.fullmatch(name)
+    missing = bool(set(S3DIS_AREAS) - numbers)
+
+    def may_hold(path: str, name: str) -> bool:
+        if m := _HOLDS_AREA.search(name):
+            return int(m.group(1)) not in numbers
+        return missing and (any_archive or bool(DATASET_NAME.search(name))) and not any(
+            AREA.fullmatch(part) for part in path.split("/")[:-1])
+
+    return sorted(f for f in files if may_hold(f, name := f.rsplit("/", 1)[-1]) and _ARCHIVE.fullmatch(name)
                   and (in_zip or not name.lower().endswith(".zip")
                        or not zipfile.is_zipfile(PurePosixPath(location, f))))
 
 
-def likely_area(location: str, path: str, in_zip: bool) -> str:
-    """What the file ``path`` of :func:`likely_areas` may be, and what to do if it is (the command that unpacks it,
-    where RAW is a folder)."""
+def likely_area(location: str, path: str, in_zip: bool, areas: dict[str, str]) -> str:
+    """What the file ``path`` of :func:`likely_areas` may be (an archive of the area its name holds, or of the
+    dataset whose areas without a folder in ``areas`` it may hold), and what to do if it is (the command that
+    unpacks it, where RAW is a folder)."""
     name = path.rsplit("/", 1)[-1]
-    area = f"Area_{int(_HOLDS_AREA.search(name).group(1))}"
     first = PurePosixPath(location, path)
-    unpack = f"unpack it beside the other areas ({_unpack_command(first, str(first.parent))}) and prepare again"
+    held = _HOLDS_AREA.search(name)
+    beside = " beside the other areas" if held else ""
+    unpack = f"unpack it{beside} ({_unpack_command(first, str(first.parent))}) and prepare again"
     if _ARCHIVE.fullmatch(name).group("partial"):
-        action = "finish the download, unpack it beside the other areas and prepare again"
+        action = f"finish the download, unpack it{beside} and prepare again"
     elif not in_zip and name.lower().endswith(".zip"):  # one that cannot be read (likely_areas)
-        action = f"download it again (it is no readable zip: cut short?), {unpack}"
+        action = (f"download it again (it is no readable zip: cut short?), {unpack}" if held else
+                  "download it again (it is no readable zip: cut short?) and give it itself as RAW")
     elif in_zip:
         action = f"unpack {location} into a folder and it beside the areas there, then prepare that folder"
     else:
         action = unpack
-    return (f"{path} may be an archive of {area}, which has no folder here (by its name; prepare opens no archive "
-            f"inside RAW, so the area would be left out of the folds): if it holds the area, {action}")
+    if held:
+        return (f"{path} may be an archive of Area_{int(held.group(1))}, which has no folder here (by its name; "
+                "prepare opens no archive inside RAW, so the area would be left out of the folds): if it holds the "
+                f"area, {action}")
+    if not areas:
+        return f"{path} is an archive, and prepare opens no archive inside RAW: if it holds the dataset, {action}"
+    missing = [f"Area_{k}" for k in S3DIS_AREAS if k not in _numbers(areas)]
+    n = len(missing)
+    return (f"{path} may be an archive of the whole dataset (by its name), and {', '.join(missing)} "
+            f"{agreeing(n, 'has', 'have')} no folder here (prepare opens no archive inside RAW, so "
+            f"{agreeing(n, 'it', 'they')} would be left out of the folds): if it holds "
+            f"{agreeing(n, 'it', 'them')}, {action}")
+
+
+def raw_archive(raw: Path) -> str | None:
+    """The line for RAW given as an archive prepare does not read, by its name (:data:`_ARCHIVE`: a tar, 7z or rar,
+    or a partial download of any archive): what to do, with the command that unpacks it; ``None`` for another
+    file. Such a RAW was "a file that is not a zip", which said neither what to do nor how."""
+    match = _ARCHIVE.fullmatch(raw.name)
+    if match is None or (raw.name.lower().endswith(".zip") and not match.group("partial")):
+        return None
+    reads = "prepare reads a folder, or a .zip in place"
+    if match.group("partial"):
+        return f"{raw}: a partial download ({reads}): finish the download, then give what it becomes"
+    return (f"{raw}: an archive that prepare does not read ({reads}): unpack it "
+            f"({_unpack_command(PurePosixPath(raw), str(raw.parent))}) and give the folder it makes")
 
 
 def warn_likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:
     """A warning naming each file of :func:`likely_areas` (:func:`likely_area`): prepare goes on with the areas
     that have a folder."""
     for path in likely_areas(location, files, areas, in_zip):
-        print(f"warning: {location}: {likely_area(location, path, in_zip)}", file=sys.stderr)
+        print(f"warning: {location}: {likely_area(location, path, in_zip, areas)}", file=sys.stderr)
 
 
 def check_objects(location: str, files: list) -> None:

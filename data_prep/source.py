@@ -15,8 +15,8 @@ than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_rati
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
 that holds it (a loop), an ``Area_N.zip`` whose area has no folder (a zip inside RAW is not opened: its area
 would vanish from the folds; another archive or a partial download likewise, one named otherwise that holds an
-area's name in a warning), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
-target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
+area's or the dataset's name in a warning), a zip member under ``Area_N`` that is a symbolic link (``zip -y``:
+its data is the target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
 vanish from the folds), a room without annotations, two folders of one area number (``Area_1`` and
 ``Area_01``) and two files of one object (``wall_1.txt`` and ``wall_1.TXT``; :mod:`data_prep.names`). A
 member that is corrupt (bad CRC, broken deflate stream) or a file that cannot be read is an error naming it.
@@ -51,6 +51,7 @@ from data_prep.names import (
     misnamed_area,
     object_class,
     object_key,
+    raw_archive,
     shown_paths,
     warn_likely_areas,
 )
@@ -173,7 +174,7 @@ class Source:
         check_zipped_areas(self.location, listed, areas, in_zip)
         check_packed_areas(self.location, listed, areas, in_zip)
         if not areas:
-            raise SourceError(self._no_area_message(entries, likely_areas(self.location, listed, areas, in_zip)))
+            raise SourceError(self._no_area_message(entries, likely_areas(self.location, listed, areas, in_zip, True)))
         warn_likely_areas(self.location, listed, areas, in_zip)
         bare = [f"{areas[a]}/{r} ({_why_bare(f'{areas[a]}/{r}', (a, r) in has_annotations, spelt.get((a, r)))})"
                 for (a, r), files in sorted(rooms.items()) if not files]
@@ -213,7 +214,7 @@ class Source:
         if self.unreadable:
             return f"{start}; cannot read {', '.join(self.unreadable)}: check its permissions (ls -ld)"
         if likely:
-            return f"{start}; {likely_area(self.location, likely[0], isinstance(self, ZipSource))}"
+            return f"{start}; {likely_area(self.location, likely[0], isinstance(self, ZipSource), {})}"
         return (f"{start}; it holds {shown_paths(names) or 'nothing'}: point RAW at the folder (or .zip) that holds "
                 "Area_1 ... Area_6")
 
@@ -381,8 +382,10 @@ def open_source(raw: str | Path, zip_limits: ZipLimits = ZipLimits()) -> Source:
             raise SourceError(f"{raw}: a zip cut short ({raw.stat().st_size:,} bytes, no end record): an incomplete "
                               "download or copy; compare its size with the original's and download or copy it again")
         if raw.suffix.lower() == ".zip":
-            found = f"it starts with {head!r}, a zip with b'PK'" if head else "it is empty"
+            found = f"it starts with {head!r}, a zip with b'PK\\x03\\x04'" if head else "it is empty"
             raise SourceError(f"{raw}: named .zip but not a zip ({found}): an error page or a failed download saved "
                               "in its place?; download it again")
+        if line := raw_archive(raw):  # a tar, 7z or rar: how to unpack it
+            raise SourceError(line)
     what = "a file that is not a zip" if raw.exists() else "nothing"
     raise SourceError(f"expected RAW to be an S3DIS folder or .zip, found {what} at {raw}")

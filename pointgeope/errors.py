@@ -79,22 +79,25 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     signals whose stop it raised, for :func:`stop_behind`. An import of torch in the block runs to its end
     before a stop is raised (:mod:`pointgeope.stop_imports`: a stop inside its C++ start-up aborted)."""
     def stop(signum, frame):
+        kind = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        if cuts_an_object(frame):  # raised past a finalizer or llvmlite's making of an object (stop_finalizers)
+            return again(kind)
         stops.append(signum)
-        raise Terminated
-
-    def interrupt(signum, frame):
-        stops.append(signum)
-        raise KeyboardInterrupt
+        raise kind
 
     stops: list[int] = []  # the signals whose stop was raised in the block
     if threading.current_thread() is not threading.main_thread():
         yield stops
         return
-    previous, hook = signal.signal(signal.SIGTERM, stop), sys.unraisablehook
+    from pointgeope.stop_finalizers import cuts_an_object
+
+    hook = sys.unraisablehook
+    unraisable, end, again = _stop_again(hook)
+    previous = signal.signal(signal.SIGTERM, stop)
     # Python's own Ctrl-C handler, noted too (an ignored SIGINT or another program's handler is left alone)
-    was_int = signal.signal(signal.SIGINT, interrupt) if signal.getsignal(signal.SIGINT) is signal.default_int_handler \
+    was_int = signal.signal(signal.SIGINT, stop) if signal.getsignal(signal.SIGINT) is signal.default_int_handler \
         else None
-    sys.unraisablehook, end = _stop_again(hook)
+    sys.unraisablehook = unraisable
     stopping = False
     try:
         # imported here, as the block starts: stop_imports imports this module
@@ -141,11 +144,12 @@ def stop_behind(err: BaseException, stops: list[int]) -> KeyboardInterrupt | Non
     return Terminated() if stops[-1] == signal.SIGTERM else KeyboardInterrupt()
 
 
-def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None]]:
-    """A ``sys.unraisablehook`` that delivers a dropped stop again, and ``end``, that closes it at the block's
-    end. Python runs a signal's handler at the next bytecode of the main thread, which may be inside a
-    callback whose exception it cannot raise (a weakref callback, ``__del__``, an at-fork callback while
-    ``prepare --jobs N`` forks its workers): it printed "Exception ignored ... Terminated" there and the
+def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None], Callable]:
+    """A ``sys.unraisablehook`` that delivers a dropped stop again, ``end``, that closes it at the block's
+    end, and ``later(stop)``, that sends the signal of ``stop`` (a type) again (re-entrant: from a handler too).
+    Python runs a signal's handler at the next bytecode of the main thread, which may be inside a callback whose
+    exception it cannot raise (a weakref callback, an at-fork callback while ``prepare --jobs N`` forks its
+    workers; not ``__del__``, :mod:`pointgeope.stop_finalizers`): it printed "Exception ignored ... Terminated" and the
     command went on as if no stop had come. The signal (SIGTERM for :class:`Terminated`, SIGINT for any other
     ``KeyboardInterrupt``) is sent again 10 ms later from a thread, to land outside that callback (again,
     should it land in another), and to the main thread (``pthread_kill``): a signal sent to the process may
@@ -158,7 +162,7 @@ def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None]]:
     caller after the block, a SIGTERM kill the process under its default action) and raises the first of
     them, unless ``stopping`` (a stop already ends the block); the handler of a signal sent but not yet
     handled runs there too."""
-    lock, waiting = threading.Lock(), {}  # threading.Timer -> the signal it sends again
+    lock, waiting = threading.RLock(), {}  # threading.Timer -> the signal it sends again
 
     def send(timer: threading.Timer) -> None:
         with lock:
@@ -200,7 +204,7 @@ def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None]]:
         if late and not stopping:
             raise Terminated() if next(iter(late.values())) == signal.SIGTERM else KeyboardInterrupt()
 
-    return stop_again, end
+    return stop_again, end, later
 
 
 @contextlib.contextmanager

@@ -43,6 +43,7 @@ from pointgeope.engine import config_override
 from pointgeope.engine.config_check import ConfigError, build, check_mapping, merge
 from pointgeope.engine.config_choices import choice_problem
 from pointgeope.engine.config_override import override_key  # noqa: F401  (its users import it from here)
+from pointgeope.engine.config_text import config_text
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem
 from pointgeope.engine.config_yaml import DuplicateKeyError, LineError, at_line, key_line, load_yaml_lines
 from pointgeope.engine.record_keys import as_recorded
@@ -182,16 +183,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     if path.suffix == ".py":   # Pointcept's (mmcv's) form, which YAML reads as a scalar or a syntax error
         raise ConfigError(f"{path}: expected a YAML config, got a Python file (Pointcept's form); Pointcept's PTv3 "
                           "S3DIS recipe is configs/s3dis/_ptv3_recipe.yaml, each step in docs/ptv3-recipe.md")
-    data = path.read_bytes()
-    if b"\0" in data and not data.startswith((b"\xff\xfe", b"\xfe\xff")):  # not text, nor UTF-16: said to save as UTF-8
-        raise ConfigError(f"{path}: a binary file (it holds NUL bytes; a checkpoint or an array?), not a YAML config; "
-                          "give a config such as configs/demo.yaml, or a fold's config.yaml")
     try:
-        raw, lines = load_yaml_lines(path.read_text(encoding="utf-8"))   # its newlines as text reads them
-    except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x}); a config is a UTF-8 "
-                          "YAML file: save it as UTF-8") from None
+        raw, lines = load_yaml_lines(config_text(path))   # UTF-8, or UTF-16 as YAML reads it; not binary
     except DuplicateKeyError as err:
         raise ConfigError(f"{path}: {err}") from None
     except LineError as err:

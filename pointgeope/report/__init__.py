@@ -71,14 +71,19 @@ def report_files(summaries, out: Path, digits: int = 1) -> dict[Path, bytes]:
     last, :data:`RECORD` (``report.json``), holds under ``"outputs"`` the checksum of each of the others."""
     from pointgeope.paths import inside
     from pointgeope.report import plots, tables
+    from pointgeope.report.fonts import drawing_fonts
 
+    names = [s.name for s in summaries]
+    paths = [inside(out, out / name, f"run name {s.name!r}", "--out")
+             for name, s in zip(confusion_names(names), summaries, strict=True)]
+    with drawing_fonts(names + [c for s in summaries for c in s.class_names]):  # a name in CJK: not boxes
+        figures = [plots.iou_bar_chart(summaries), *map(plots.confusion_heatmap, summaries)]
     files = {
         out / "report.md": tables.full_markdown(summaries, digits).encode(),
         out / "report.csv": tables.csv_text(summaries).encode(),
-        out / "iou_per_class.png": plots.iou_bar_chart(summaries),
+        out / "iou_per_class.png": figures[0],
     }
-    for name, s in zip(confusion_names([s.name for s in summaries]), summaries, strict=True):
-        files[inside(out, out / name, f"run name {s.name!r}", "--out")] = plots.confusion_heatmap(s)
+    files.update(zip(paths, figures[1:], strict=True))
     record = {**tables.json_report(summaries), "outputs": {p.name: _sha256(data) for p, data in files.items()}}
     files[out / RECORD] = (json.dumps(record, indent=1) + "\n").encode()
     return files

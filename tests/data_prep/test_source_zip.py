@@ -35,8 +35,12 @@ def test_a_truncated_zip_says_it_was_cut_short(tmp_path):
             open_source(cut)
     (tmp_path / "page.zip").write_bytes(b"<html>404</html>")
     with pytest.raises(SourceError, match=r"page.zip: named .zip but not a zip \(it starts with b'<htm', a zip with "
-                                          r"b'PK'\): an error page or a failed download"):
+                                          r"b'PK\\x03\\x04'\): an error page or a failed download"):
         open_source(tmp_path / "page.zip")
+    (tmp_path / "pk.zip").write_bytes(b"PK")  # said "it starts with b'PK', a zip with b'PK'": no reason given
+    with pytest.raises(SourceError, match=r"pk.zip: named .zip but not a zip \(it starts with b'PK', a zip with "
+                                          r"b'PK\\x03\\x04'\)"):
+        open_source(tmp_path / "pk.zip")
     (tmp_path / "empty.zip").write_bytes(b"")
     with pytest.raises(SourceError, match=r"empty.zip: named .zip but not a zip \(it is empty\)"):
         open_source(tmp_path / "empty.zip")

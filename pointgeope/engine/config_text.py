@@ -1,0 +1,52 @@
+"""The text of a config file, in the encodings YAML reads (YAML 1.2, 5.2): UTF-8 (with or without Notepad's byte-order
+mark), and UTF-16 or UTF-32, told by their byte-order mark or, UTF-16 without one, by the NUL byte of its first
+character (ASCII in any config: a key's letter, ``#``, ``-``, a space or a line end; ``m\\0`` opens UTF-16LE, ``\\0m``
+UTF-16BE). Windows writes UTF-16: Windows PowerShell's ``>`` and ``Out-File`` and Notepad's "Unicode" with the mark,
+``iconv -t UTF-16LE``, Python's ``utf-16-le`` and some editors' "UCS-2 LE" without it. Such a file was called binary
+(it holds NUL bytes) or "not UTF-8". Any other file with a NUL byte is binary (a checkpoint given as ``--config``).
+Line ends are read as text mode reads them (``\\r\\n`` and ``\\r`` end a line, as ``\\n`` does).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pointgeope.engine.config_check import ConfigError
+
+# the byte-order marks, UTF-32's first (its little-endian mark begins with UTF-16's)
+_MARKS = ((b"\xff\xfe\0\0", "utf-32", "UTF-32"), (b"\0\0\xfe\xff", "utf-32", "UTF-32"),
+          (b"\xff\xfe", "utf-16", "UTF-16"), (b"\xfe\xff", "utf-16", "UTF-16"))
+
+
+def _codec(data: bytes) -> tuple[str, str, bool]:
+    """``(codec, name, marked)`` of a config's bytes ``data``: by its byte-order mark, else UTF-16 where exactly one
+    of its first two bytes is NUL (little-endian where the second is), else UTF-8."""
+    for mark, codec, name in _MARKS:
+        if data.startswith(mark):
+            return codec, name, True
+    if len(data) >= 2 and (data[0] == 0) != (data[1] == 0):
+        return ("utf-16-be", "UTF-16BE", False) if data[0] == 0 else ("utf-16-le", "UTF-16LE", False)
+    return "utf-8", "UTF-8", False
+
+
+def config_text(path: Path) -> str:
+    """The text of the config file ``path`` (:mod:`this module <pointgeope.engine.config_text>`), or a
+    :class:`ConfigError` naming it: binary (a NUL byte, no UTF-16 or UTF-32 text), UTF-8 that does not decode (the
+    line and the byte), UTF-16 or UTF-32 with its mark that does not decode (cut short: how to convert it)."""
+    data = path.read_bytes()
+    codec, name, marked = _codec(data)
+    try:
+        text = data.decode(codec)
+    except UnicodeDecodeError as err:
+        if marked:
+            raise ConfigError(f"{path}: {name} text (by its byte-order mark) that does not decode ({err.reason} at "
+                              f"byte {err.start}: cut short?); a config is a YAML file in UTF-8: convert it "
+                              f"(iconv -f {name} -t UTF-8 {path} > NEW.yaml) and check its end") from None
+        if codec == "utf-8" and b"\0" not in data:
+            line = data[:err.start].count(b"\n") + 1
+            raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x}); a config is a UTF-8 "
+                              "YAML file: save it as UTF-8") from None
+        text = "\0"
+    if "\0" in text:
+        raise ConfigError(f"{path}: a binary file (it holds NUL bytes; a checkpoint or an array?), not a YAML config; "
+                          "give a config such as configs/demo.yaml, or a fold's config.yaml")
+    return text.replace("\r\n", "\n").replace("\r", "\n")

@@ -1,0 +1,53 @@
+"""Where a stop (Ctrl-C, SIGTERM) would leave an object half made or half closed: it is sent again 10 ms later
+(:func:`pointgeope.errors.stop_on_sigterm`), past that code, instead of being raised there.
+
+Python runs a signal's handler at the next bytecode of the main thread, wherever that is. Two places break:
+
+- a finalizer (``__del__``): Python drops the stop raised there (printed "Exception ignored", then delivered
+  again by :func:`pointgeope.errors._stop_again`), and the finalizer, cut after its first statements, leaves its
+  object half closed (a resource never released);
+- llvmlite's wrappers of LLVM objects (``ObjectRef``, ``OutputString``), which numba makes and frees by the
+  thousand as it compiles (the first run of ``prepare`` or ``train`` with a cold numba cache: seconds to tens of
+  seconds). A stop inside ``ObjectRef.__init__``, after ``self._ptr = ptr`` and before ``self._as_parameter_ =
+  ptr``, stopped the command as it should (``interrupted``, exit code 130), but the half-made object was freed on
+  the way out, and its ``__del__`` printed after the command's line::
+
+      Exception ignored in: <function ObjectRef.__del__ at 0x7f50dd169d00>
+      ...
+      AttributeError: 'GlobalContextRef' object has no attribute '_as_parameter_'
+
+  (a stop inside ``close`` or ``detach`` leaves such an object likewise). Their ``__init__``, ``close``,
+  ``detach`` and ``__del__`` are a few statements each: a stop waits for their end.
+
+A stop whose handler runs in such code (anywhere below it on the stack) is therefore not raised there; the
+code runs to its end and the stop, sent again, is raised at the next bytecode past it.
+"""
+from __future__ import annotations
+
+import sys
+from types import CodeType, FrameType
+
+# llvmlite's classes of LLVM objects, and the methods of theirs that a stop must not cut
+_LLVMLITE = ("ObjectRef", "OutputString")
+_METHODS = ("__init__", "close", "detach", "__del__")
+
+
+def _llvmlite_codes() -> frozenset[CodeType]:
+    """The code of :data:`_METHODS` of llvmlite's :data:`_LLVMLITE` classes, where llvmlite is imported (else none:
+    nothing of it runs)."""
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    classes = [getattr(ffi, name, None) for name in _LLVMLITE] if ffi is not None else []
+    return frozenset(method.__code__ for cls in classes if cls is not None for name in _METHODS
+                     if (method := vars(cls).get(name)) is not None and hasattr(method, "__code__"))
+
+
+def cuts_an_object(frame: FrameType | None) -> bool:
+    """Whether a stop raised at ``frame`` (a signal handler's) would cut a finalizer or one of llvmlite's
+    methods that make and close an LLVM object (the module's docstring): ``frame`` or one of its callers runs
+    a ``__del__`` or one of them."""
+    codes = _llvmlite_codes()
+    while frame is not None:
+        if frame.f_code.co_name == "__del__" or frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False

@@ -1,0 +1,69 @@
+"""A config saved as UTF-16 (Windows PowerShell's ``>``, Notepad's "Unicode": with a byte-order mark; ``iconv -t
+UTF-16LE`` or an editor's "UCS-2 LE": without) was refused: without the mark as "a binary file (it holds NUL bytes; a
+checkpoint or an array?)", with it as "not UTF-8 text (byte 0xff)". YAML reads UTF-16 and UTF-32 (YAML 1.2, 5.2), and
+so does the config reader now; a binary file is still called binary."""
+from __future__ import annotations
+
+import pytest
+
+from pointgeope.engine.config import Config, ConfigError, load_config
+
+# Not the defaults: a file read as something else (or not at all) would not give this config.
+TEXT = "# a recipe\nmodel:\n  pe: rpe\noptim:\n  lr: 0.125\ntrain:\n  epochs: 7\n"
+
+
+def _written(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(("encoding", "mark"), [
+    ("utf-16-le", b""), ("utf-16-be", b""), ("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"),
+    ("utf-32-le", b"\xff\xfe\0\0"), ("utf-32-be", b"\0\0\xfe\xff"), ("utf-8", b"\xef\xbb\xbf")])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_config_in_utf16_or_utf32_reads_as_its_utf8_copy(tmp_path, encoding, mark, newline):
+    """Each encoding YAML reads, with Windows line ends too (PowerShell writes CRLF): the config of the UTF-8 file."""
+    reference = load_config(_written(tmp_path / "utf8.yaml", TEXT.encode()))
+    assert (reference.model.pe, reference.optim.lr, reference.train.epochs) == ("rpe", 0.125, 7)
+    assert reference != Config()
+    config = _written(tmp_path / "other.yaml", mark + TEXT.replace("\n", newline).encode(encoding))
+    assert load_config(config) == reference
+
+
+def test_a_utf16_base_and_the_lines_of_a_utf16_file(tmp_path):
+    """A ``base:`` in UTF-16 is read too, and a problem's line is the line in the file (CRLF ends counted once)."""
+    _written(tmp_path / "base.yaml", b"\xff\xfe" + TEXT.replace("\n", "\r\n").encode("utf-16-le"))
+    top = _written(tmp_path / "top.yaml", "base: base.yaml\r\ntrain:\r\n  epochs: 3\r\n".encode("utf-16-le"))
+    config = load_config(top)
+    assert (config.model.pe, config.optim.lr, config.train.epochs) == ("rpe", 0.125, 3)
+    bad = _written(tmp_path / "bad.yaml", "model:\r\n  pe: rpe\r\n  planez: [8]\r\n".encode("utf-16-le"))
+    with pytest.raises(ConfigError, match=rf"^{bad}:3: unknown key 'model\.planez'"):
+        load_config(bad)
+
+
+@pytest.mark.parametrize("data", [
+    b"PK\x03\x04\x14\x00\x00\x00\x08\x00 a checkpoint's zip",  # torch.save
+    b"\x93NUMPY\x01\x00v\x00{'descr': '<f4'}\n\x00\x00\x80?",  # np.save
+    b"a\x00\x00\x00b\x00",  # a NUL second byte, but a NUL character once decoded
+    b"a\x00\x00\xd8",  # a NUL second byte, then a lone surrogate: no UTF-16
+])
+def test_a_binary_file_is_still_called_binary(tmp_path, data):
+    path = _written(tmp_path / "c.yaml", data)
+    with pytest.raises(ConfigError, match=rf"^{path}: a binary file \(it holds NUL bytes; a checkpoint or an array"):
+        load_config(path)
+
+
+def test_utf16_with_its_mark_cut_short_says_how_to_convert_it(tmp_path):
+    """The last character's first byte, alone, is at 2 (the mark) + 2 * (len(TEXT) - 1)."""
+    path = _written(tmp_path / "c.yaml", b"\xff\xfe" + TEXT.encode("utf-16-le")[:-1])
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (f"{path}: UTF-16 text (by its byte-order mark) that does not decode (truncated data at "
+                              f"byte {2 * len(TEXT)}: cut short?); a config is a YAML file in UTF-8: convert it "
+                              f"(iconv -f UTF-16 -t UTF-8 {path} > NEW.yaml) and check its end")
+
+
+def test_utf8_that_does_not_decode_names_its_line_and_byte(tmp_path):
+    path = _written(tmp_path / "c.yaml", b"model:\n  pe: rpe  # caf\xe9\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:2: not UTF-8 text \(byte 0xe9\); a config is a UTF-8 YAML file"):
+        load_config(path)
