@@ -230,7 +230,7 @@ def likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip:
         if m := _HOLDS_AREA.search(name):
             return int(m.group(1)) not in numbers
         return missing and (any_archive or bool(DATASET_NAME.search(name))) and not any(
-            AREA.fullmatch(part) for part in path.split("/")[:-1])
+            AREA_NAME.fullmatch(part) for part in path.split("/")[:-1])
 
     return sorted(f for f in files if may_hold(f, name := f.rsplit("/", 1)[-1]) and _ARCHIVE.fullmatch(name)
                   and (in_zip or not name.lower().endswith(".zip")

@@ -95,7 +95,7 @@ def test_many_packed_areas_are_named_five_then_counted(tmp_path):
     """Six areas packed: the line named every one (the zips' line shows five, then how many more)."""
     raw = write_tree(tmp_path / "raw", {**AREA_1, **{f"Area_{k}.7z": b"x" for k in range(2, 8)}})
     with pytest.raises(SourceError, match=rf"^{re.escape(str(raw))}: Area_2\.7z, Area_3\.7z, Area_4\.7z, Area_5\.7z, "
-                                          r"Area_6\.7z and 1 more are areas packed in a format prepare does not open"):
+                                          r"Area_6\.7z, and 1 more are areas packed in a format prepare does not open"):
         open_source(raw).rooms()
 
 
