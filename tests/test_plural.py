@@ -166,7 +166,6 @@ def test_the_report_counts_the_keys_it_leaves_out():
     assert mixed_text(mixed, limit=1).endswith(" and 2 more keys")
 
 
-
 def test_first_of_says_the_head_of_a_list_and_how_many_more():
     """The one wording of a list said in part: the head joined as the line joins it, then ``and N more`` as one
     entry more (of its noun, in the right number), nothing where the list is said whole."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pointgeope.plural import counted
+from pointgeope.plural import first_of
 
 
 def check_places(out: Path, planned: set[tuple[str, str]]) -> None:
@@ -36,8 +36,7 @@ def check_room(room: Path, annotations: list[str]) -> None:
     if not (room / "Annotations").is_dir():
         missing.append("Annotations")
     elif absent := sorted(set(annotations) - _files_in(room / "Annotations"), key=annotations.index):
-        more = f" and {counted(len(absent) - 1, 'more annotation file')}" if len(absent) > 1 else ""
-        missing.append(f"Annotations/{absent[0]}{more}")
+        missing.append(first_of((f"Annotations/{name}" for name in absent), 1, " ", noun="annotation file"))
     if missing:
         raise ValueError(f"{room}: a room folder without {' or '.join(missing)}, not one synth wrote whole; remove "
                          "it (synth writes it again), or choose another OUT")

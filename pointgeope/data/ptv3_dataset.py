@@ -38,6 +38,7 @@ from pointgeope.data.ptv3_transforms import ptv3_train_transform
 from pointgeope.data.rooms import FIELDS, RoomRef, RoomStore
 from pointgeope.data.transforms import Sample, Transform
 from pointgeope.h5 import NORMAL, SchemaError, open_area
+from pointgeope.plural import counted
 
 
 def ptv3_data(sample: Sample, color: bool = True, mix_draw: float | None = None, normal: bool = False) -> Data:
@@ -118,7 +119,7 @@ def check_normals(rooms: list[RoomRef]) -> None:
         with open_area(path) as f:
             missing = [room.name for room in rooms if room.path == path and NORMAL not in f[room.name]]
         if missing:
-            more = f" (and {len(missing) - 1} more rooms)" if len(missing) > 1 else ""
+            more = f" (and {counted(len(missing) - 1, 'more room')})" if len(missing) > 1 else ""
             raise SchemaError(f"{path}: room {missing[0]!r}{more} has no point normals (prepared by an older "
                               "pointgeope), but data.normal=true feeds PTv3 [rgb | normal]; run `pointgeope prepare` "
                               "again into the same folder (it adds them), or set data.normal=false")

@@ -34,6 +34,7 @@ from pointgeope.engine.distributed import apply_threads
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.predict_model import Predictor, load_predictor
+from pointgeope.engine.predict_record import print_notes
 from pointgeope.engine.probabilities import vote_probabilities
 from pointgeope.errors import UserError, one_line
 from pointgeope.plural import counted, first_of
@@ -219,8 +220,7 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
             continue
         try:
             scan = read_scan(ref, normals=predictor.cfg.data.normal)  # a raw room's: for a network that reads them
-            for note in scan.meta.get("notes", [])[:20]:
-                print(f"note: {note}")
+            print_notes(scan.meta.get("notes", []))
             check_formats(scan, args.format, warn)
             pred, scores, votes, normal = predict_scan(predictor, scan, args.scale, progress=True, warn=warn,
                                                        max_extent=args.max_extent)

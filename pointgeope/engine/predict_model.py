@@ -89,7 +89,7 @@ class Predictor:
         return "rgb" in self.info["features"]
 
 
-def fold_record(model: Path) -> Config | ConfigError | None:
+def config_yaml_of(model: Path) -> Config | ConfigError | None:
     """The config of the fold folder ``model``'s ``config.yaml``, read once for predict (:func:`checkpoint_path`
     takes its ``eval.checkpoint``, :func:`config_yaml_note` its other ``eval.*``), or the ConfigError that
     refuses it (each of the two says what that means for it); ``None`` where ``model`` is a file, or a folder
@@ -110,7 +110,7 @@ def checkpoint_path(model: str | Path, which: str | None, record: Config | Confi
 
     ``CHECKPOINT.pt`` is taken as given (``which`` is refused with it). A fold folder gives
     ``RUN/area_K/<which>.pt``, where ``which`` is ``--checkpoint``, else the run's ``eval.checkpoint`` as
-    ``evaluate`` uses it (``record``, :func:`fold_record`'s), else ``last``.
+    ``evaluate`` uses it (``record``, :func:`config_yaml_of`'s), else ``last``.
 
     Refused: a folder without that file and not named ``area_K`` (a run folder ``RUN``), with the folds it
     holds; a ``config.yaml`` that ``evaluate`` would refuse, when ``which`` is not given (its ``eval.checkpoint``
@@ -184,7 +184,7 @@ def prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | Non
 
 
 def config_yaml_note(model: Path, record: Config | ConfigError | None, trained: Config, keys: list[str]) -> str | None:
-    """One note line when a fold folder's ``config.yaml`` (``record``, :func:`fold_record`'s) sets ``eval.*``
+    """One note line when a fold folder's ``config.yaml`` (``record``, :func:`config_yaml_of`'s) sets ``eval.*``
     values other than its checkpoint's (the file edited for ``evaluate``, which reads them there), with the
     overrides that apply them; ``None`` when none differ, or the command line chooses them (``keys``), or
     ``MODEL`` is a file, or ``config.yaml`` cannot be read (:func:`checkpoint_path` refuses that without
@@ -234,7 +234,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     """
     from pointgeope.engine.predict_record import checksum_or_none as _checksum
 
-    record = fold_record(Path(model))
+    record = config_yaml_of(Path(model))
     path = checkpoint_path(model, checkpoint, record)   # a fold's damaged checkpoint gets training's words
     checksum = _checksum(path)    # None, unreadable: load_checkpoint says why
     ckpt = (load_checkpoint(path) if Path(model).is_dir()

@@ -158,8 +158,7 @@ class ScanRecords:
             return False
         if not self.complete(ref):
             return False
-        for note in ref.notes[:20]:
-            print(f"note: {note}")
+        print_notes(ref.notes)
         folder = output_path(self.out, ref.name, "record", ref.source).parent   # DIR, or DIR/Area_N for a room
         try:
             elsewhere = other_machine(self.record(ref).get("made_on"), self.made_on)
@@ -234,3 +233,18 @@ def checksum_or_none(path: str | Path) -> str | None:
 
 def _intact(path: Path, expected: dict) -> bool:
     return path.stat().st_size == expected["bytes"] and file_checksum(path) == expected["sha256"]
+
+
+MAX_NOTES = 20  # a scan's notes printed; the rest counted in one more line
+
+
+def print_notes(notes: list[str]) -> None:
+    """A scan's notes (its reader's: a raw room's lines repaired or dropped, colours clipped, ...), a ``note:``
+    line each: the first :data:`MAX_NOTES`, then ``note: and N more notes``, so that the part printed is not
+    taken for all of them (a raw room's parse says up to 11 lines a file)."""
+    from pointgeope.plural import counted
+
+    for note in notes[:MAX_NOTES]:
+        print(f"note: {note}")
+    if len(notes) > MAX_NOTES:
+        print(f"note: and {counted(len(notes) - MAX_NOTES, 'more note')}")

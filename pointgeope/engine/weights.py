@@ -56,6 +56,6 @@ def load_model_state(model: torch.nn.Module, ckpt: dict, path: str | Path) -> No
     try:
         model.load_state_dict(state)
     except RuntimeError as err:
-        first = str(err).strip().splitlines()
-        raise CheckpointError(f"{path}: the weights do not fit this model ({bounded(' '.join(first[:4]), 600)}); "
+        said = " ".join(line.strip() for line in str(err).strip().splitlines())   # every line: a cut is marked
+        raise CheckpointError(f"{path}: the weights do not fit this model ({bounded(said, 600)}); "
                               "was it written with other model.* settings?") from None

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from pointgeope.model.kernel_choice import PATHS, KernelChoiceError, current
+from pointgeope.recorded_text import bounded
 
 __all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "KernelArgumentError", "Kernel", "CheckCase",
            "DefaultWhere", "register", "registered", "triton_imports", "use_triton", "runs_on", "require_runs_on",
@@ -69,7 +70,7 @@ class _Failures:
 
     def add(self, kernel: str, err: BaseException) -> str | None:
         """Record ``err`` for ``kernel``; its text if it is the kernel's first failure, else None."""
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        first = bounded(str(err).strip().splitlines()[0], 300) if str(err).strip() else ""   # marked where cut
         with self._lock:
             if kernel in self._failed:
                 return None

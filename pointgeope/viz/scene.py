@@ -69,7 +69,6 @@ def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
     Before, only room names and point counts were compared: a shape mismatch with no fix, or, where two
     areas share a room name and size, the wrong predictions drawn and scored. Files without the attribute
     (written by hand) pass."""
-
     from pointgeope.h5 import SCAN_PREDICTIONS
     from pointgeope.h5_predictions import predictions_area
 

@@ -184,7 +184,24 @@ def test_rooms_without_normals_are_refused_in_one_line_before_any_sample(prepare
     with pytest.raises(UserError) as err:
         S3DISTrainPTv3(root, ["Area_1", "Area_2"], grid_size=0.05, loop=1, normal=True)
     message = str(err.value)
-    assert "\n" not in message and "Area_1.h5: room 'room_1' (and 1 more rooms) has no point normals" in message
+    assert "\n" not in message and "Area_1.h5: room 'room_1' (and 1 more room) has no point normals" in message
     assert "pointgeope prepare" in message and "data.normal=false" in message
     S3DISTrainPTv3(root, ["Area_1"], grid_size=0.05, loop=1)                  # [rgb | xyz] reads none
     check_normals([])
+
+
+def test_the_rooms_without_normals_past_the_first_are_counted_in_the_right_number(tmp_path):
+    """``room 'a' (and 1 more room)``, ``(and 2 more rooms)``: the count of the rooms not named agrees with its
+    noun (it read ``1 more rooms``)."""
+    from pointgeope.data.rooms import RoomRef
+    from pointgeope.h5 import write_area
+
+    def room(n):
+        return {"coord": np.zeros((n, 3)), "color": np.zeros((n, 3)), "label": np.zeros(n), "instance": np.zeros(n)}
+
+    path = tmp_path / "Area_1.h5"
+    write_area(path, "Area_1", [(name, room(4), {"num_points": 4}) for name in "abc"], 1000.0)
+    for count, more in ((2, " (and 1 more room)"), (3, " (and 2 more rooms)"), (1, "")):
+        with pytest.raises(UserError) as err:
+            check_normals([RoomRef(path, "Area_1", name, 4) for name in "abc"[:count]])
+        assert str(err.value).startswith(f"{path}: room 'a'{more} has no point normals (prepared by an older ")

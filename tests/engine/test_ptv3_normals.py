@@ -93,7 +93,7 @@ def test_evaluation_refuses_rooms_without_normals_before_any_room(normal_run, tw
             del f[room]["normal"]
     cfg = load_config(normal_run / "config.yaml", [f"data.root={root}"])
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    with pytest.raises(UserError, match=r"Area_1.h5: room '\w+' \(and 1 more rooms\) has no point normals"):
+    with pytest.raises(UserError, match=r"Area_1.h5: room '\w+' \(and 1 more room\) has no point normals"):
         evaluate.predict_areas(torch.nn.Identity(), cfg, ["Area_1"], env)
 
 

@@ -32,6 +32,23 @@ def test_a_long_mismatch_is_cut_and_marked_with_its_length():
     assert cut and int(cut.group(1).replace(",", "")) > 600
 
 
+
+def test_every_mismatch_counts_toward_the_cut():
+    """Ten layers of another width: torch says a line per layer. The refusal says the lines on one line, without
+    their tabs, up to 600 characters and marked where cut (it said the first three, unmarked: 559 characters, as
+    if three layers differed, and a tab before each)."""
+    model = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(10)))
+    saved = torch.nn.Sequential(*(torch.nn.Linear(3, 2) for _ in range(10))).state_dict()
+    with pytest.raises(CheckpointError) as err:
+        load_model_state(model, {"model": saved}, "m.pt")
+    head, tail = "m.pt: the weights do not fit this model (", "); was it written with other model.* settings?"
+    text = str(err.value)
+    said = text[len(head):-len(tail)]
+    assert text.startswith(head + "Error(s) in loading state_dict for Sequential: size mismatch for 0.weight: ")
+    assert "\t" not in text and "size mismatch for 3.weight" in said
+    cut = re.fullmatch(r".{597}\.\.\. \(([0-9,]+) characters\)", said, re.S)
+    assert cut and int(cut.group(1).replace(",", "")) > 10 * len("size mismatch for 0.weight: copying a param")
+
 @pytest.mark.parametrize("ckpt, got", [
     ({}, "no 'model' entry"),                                                        # was KeyError: 'model'
     ({"model": None}, "a NoneType that is not names -> tensors"),                     # was a TypeError

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pointgeope.model.ops.offsets import cloud_of_rows, offset_tensor
+from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, offset_tensor
 from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_of, serialization_depth
 
 __all__ = ["PointBatch", "check_inputs", "offsets_to_batch"]
@@ -62,10 +62,7 @@ def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor
         raise ValueError(f"expected feat of shape ({n}, C), got {tuple(feat.shape)}")
     if offset.dim() != 1 or offset.numel() == 0 or offset.dtype.is_floating_point:
         raise ValueError(f"expected offset of shape (B,) integer, got {tuple(offset.shape)} {offset.dtype}")
-    counts = torch.diff(offset, prepend=offset.new_zeros(1))
-    if int(counts.min()) < 1 or int(offset[-1]) != n:
-        raise ValueError(f"expected offset strictly increasing and ending at N = {n} (the end of each "
-                         f"cloud, none empty), got {offset.tolist()[:8]}")
+    check_offset(offset, n)      # names the first entry at fault (offset[b] = v after u), whatever B
 
 
 @dataclass(eq=False)

@@ -87,6 +87,25 @@ def test_bad_input_names_the_argument(model):
         run(model, **dict(data, coord=nan))
 
 
+
+def test_bad_offsets_name_the_entry_at_fault_whatever_the_number_of_clouds():
+    """12 clouds, the eleventh empty: the refusal names ``offset[10]``, as PTv1's inputs check does
+    (``ops.offsets.check_offset``); it showed the first 8 offsets, all right, cut with no mark."""
+    from pointgeope.model.ptv3.structure import check_inputs
+
+    n = 120
+    coord, grid, feat = torch.zeros(n, 3), torch.zeros(n, 3, dtype=torch.long), torch.zeros(n, 4)
+    offset = torch.arange(10, n + 1, 10)
+    offset[10] = offset[9]
+    with pytest.raises(ValueError) as err:
+        check_inputs(coord, grid, feat, offset)
+    assert str(err.value) == ("expected strictly increasing positive offset (no empty cloud), got offset[10] = 100 "
+                              "after 100")
+    with pytest.raises(ValueError) as err:
+        check_inputs(coord, grid, feat, torch.arange(10, n, 10))
+    assert str(err.value) == f"expected offset[-1] == number of points {n}, got 110"
+    check_inputs(coord, grid, feat, torch.arange(10, n + 1, 10))
+
 def test_training_step_reaches_every_parameter():
     torch.manual_seed(0)
     net = PTv3Segmentor(5, 8, PointTransformerV3(**dict(SMALL, drop_path=0.3, enable_rpe=True))).train()
