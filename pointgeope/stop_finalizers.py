@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from types import CodeType, FrameType
 
+from pointgeope.stop_callbacks import runs_below
+
 # llvmlite's classes of LLVM objects, and the methods of theirs that a stop must not cut
 _LLVMLITE = ("ObjectRef", "OutputString")
 _METHODS = ("__init__", "close", "detach", "__del__")
@@ -53,12 +55,7 @@ def cuts_an_object(frame: FrameType | None) -> bool:
     """Whether a stop raised at ``frame`` (a signal handler's) would cut a finalizer or one of llvmlite's
     methods that make and close an LLVM object (the module's docstring): ``frame`` or one of its callers runs
     a ``__del__`` or one of them."""
-    codes = _llvmlite_codes()
-    while frame is not None:
-        if frame.f_code.co_name == "__del__" or frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
+    return runs_below(frame, _llvmlite_codes(), ("__del__",))
 
 
 def waiting_stops() -> Callable[[FrameType | None], bool]:
