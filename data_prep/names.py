@@ -219,10 +219,11 @@ def likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip:
     (``S3DIS_Area_3.tar.gz``, ``Area_3.gz``, ``s3dis-area-3.7z.part``), none the refusals know by name (they are
     checked first), and, while one of S3DIS's six areas has no folder, one outside the area folders whose name holds
     no area's but the dataset's (:data:`DATASET_NAME`: ``Stanford3dDataset_v1.2_Aligned_Version.tar``,
-    ``s3dis.tar.gz``), or any name where ``any_archive`` (RAW holds no area: the refusal names it). Such a name does
-    not say what the file holds (``Area_3_notes.tar.gz``), and a multi-GB archive is not opened to see: named, not
-    refused. A zip in a RAW folder is among them only where it is no readable zip (cut short: no member list to
-    read); a readable one's members say what it holds (:func:`check_zipped_areas`)."""
+    ``s3dis.tar.gz``), or any name where ``any_archive`` (RAW holds no area: the refusal names the first, one named
+    for an area or the dataset before ``notes.tar.gz``). Such a name does not say what the file holds
+    (``Area_3_notes.tar.gz``), and a multi-GB archive is not opened to see: named, not refused. A zip in a RAW folder
+    is among them only where it is no readable zip (cut short: no member list to read); a readable one's members say
+    what it holds (:func:`check_zipped_areas`)."""
     numbers = _numbers(areas)
     missing = bool(set(S3DIS_AREAS) - numbers)
 
@@ -232,9 +233,13 @@ def likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip:
         return missing and (any_archive or bool(DATASET_NAME.search(name))) and not any(
             AREA_NAME.fullmatch(part) for part in path.split("/")[:-1])
 
-    return sorted(f for f in files if may_hold(f, name := f.rsplit("/", 1)[-1]) and _ARCHIVE.fullmatch(name)
-                  and (in_zip or not name.lower().endswith(".zip")
-                       or not zipfile.is_zipfile(PurePosixPath(location, f))))
+    def named(path: str) -> tuple[bool, str]:  # those named for an area or the dataset first: the refusal names one
+        name = path.rsplit("/", 1)[-1]
+        return not (_HOLDS_AREA.search(name) or DATASET_NAME.search(name)), path
+
+    return sorted((f for f in files if may_hold(f, name := f.rsplit("/", 1)[-1]) and _ARCHIVE.fullmatch(name)
+                   and (in_zip or not name.lower().endswith(".zip")
+                        or not zipfile.is_zipfile(PurePosixPath(location, f)))), key=named)
 
 
 def likely_area(location: str, path: str, in_zip: bool, areas: dict[str, str]) -> str:

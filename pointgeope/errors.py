@@ -80,7 +80,7 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     before a stop is raised (:mod:`pointgeope.stop_imports`: a stop inside its C++ start-up aborted)."""
     def stop(signum, frame):
         kind = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-        if cuts_an_object(frame):  # raised past a finalizer or llvmlite's making of an object (stop_finalizers)
+        if waits(frame):  # raised past a finalizer or llvmlite's making of an object, 1 s at most (stop_finalizers)
             return again(kind)
         stops.append(signum)
         raise kind
@@ -89,8 +89,9 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield stops
         return
-    from pointgeope.stop_finalizers import cuts_an_object
+    from pointgeope.stop_finalizers import waiting_stops
 
+    waits = waiting_stops()
     hook = sys.unraisablehook
     unraisable, end, again = _stop_again(hook)
     previous = signal.signal(signal.SIGTERM, stop)
@@ -149,7 +150,7 @@ def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None], Calla
     end, and ``later(stop)``, that sends the signal of ``stop`` (a type) again (re-entrant: from a handler too).
     Python runs a signal's handler at the next bytecode of the main thread, which may be inside a callback whose
     exception it cannot raise (a weakref callback, an at-fork callback while ``prepare --jobs N`` forks its
-    workers; not ``__del__``, :mod:`pointgeope.stop_finalizers`): it printed "Exception ignored ... Terminated" and the
+    workers; ``__del__`` after :mod:`pointgeope.stop_finalizers`): it printed "Exception ignored ... Terminated" and the
     command went on as if no stop had come. The signal (SIGTERM for :class:`Terminated`, SIGINT for any other
     ``KeyboardInterrupt``) is sent again 10 ms later from a thread, to land outside that callback (again,
     should it land in another), and to the main thread (``pthread_kill``): a signal sent to the process may

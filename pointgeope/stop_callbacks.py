@@ -33,10 +33,11 @@ from types import CodeType, FrameType
 _STOPS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _below(frame: FrameType | None, codes: frozenset[CodeType]) -> bool:
-    """Whether ``frame`` or one of its callers runs one of ``codes``."""
+def runs_below(frame: FrameType | None, codes: Collection[CodeType], names: Collection[str] = ()) -> bool:
+    """Whether ``frame`` or one of its callers runs one of ``codes``, or a function named one of ``names``: where a
+    signal's handler runs (:mod:`pointgeope.stop_finalizers` asks it too)."""
     while frame is not None:
-        if frame.f_code in codes:
+        if frame.f_code in codes or frame.f_code.co_name in names:
             return True
         frame = frame.f_back
     return False
@@ -57,7 +58,7 @@ def stops_held_in(codes: Collection[CodeType], hold: Callable[[BaseException], N
             previous[signum] = handler
 
     def held(signum, frame) -> None:
-        if not active or not _below(frame, inside):  # (after the block: the previous handler, whatever happens)
+        if not active or not runs_below(frame, inside):  # (after the block: the previous handler, whatever happens)
             previous[signum](signum, frame)
             return
         try:

@@ -10,11 +10,13 @@ import inspect
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from pointgeope.errors import run_command
+from pointgeope.stop_finalizers import PATIENCE_S
 from tests.dropped_stop import IMPORT_LINE
 
 
@@ -50,6 +52,34 @@ def test_a_stop_inside_a_finalizer_lets_it_end_then_stops_the_command(sig, code,
 
     assert run_command("prog", command) == code
     assert steps == ["begun", "ended", "freed"]
+    assert capsys.readouterr().err == f"prog: {word}\n"
+
+
+@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGTERM, 143, "terminated")])
+def test_a_finalizer_that_waits_holds_a_stop_for_patience_s_at_most(sig, code, word, capsys):
+    """A real signal, handled inside a finalizer that then waits 8 s (a thread's join; one that never ends would wait
+    for ever). Before: the stop waited for the finalizer's end (8 s; for ever, a second Ctrl-C and SIGTERM too). It is
+    now raised there after PATIENCE_S, as before the wait existed: the finalizer cut, the stop delivered again."""
+    steps = []
+
+    class Waiting:
+        def __del__(self):
+            steps.append("begun")
+            signal.pthread_kill(threading.main_thread().ident, sig)  # its handler runs at the next bytecode: here
+            threading.Event().wait(8)
+            steps.append("ended")
+
+    def command() -> int:
+        Waiting()
+        steps.append("freed")
+        _runs_on()
+        return 0
+
+    start = time.monotonic()
+    assert run_command("prog", command) == code
+    assert time.monotonic() - start < PATIENCE_S + 3  # (a loaded machine)
+    assert steps == ["begun", "freed"]
     assert capsys.readouterr().err == f"prog: {word}\n"
 
 

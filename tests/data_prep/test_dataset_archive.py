@@ -96,6 +96,13 @@ def test_raw_holding_only_an_archive_of_any_name_says_to_unpack_it(tmp_path):
         open_source(raw).rooms()
 
 
+def test_with_several_archives_the_refusal_names_the_datasets(tmp_path):
+    """It named the first in name order, ``notes.tar.gz`` (``if it holds the dataset, unpack it``), not s3dis.tar.gz."""
+    raw = write_tree(tmp_path / "raw", {"notes.tar.gz": b"x", "s3dis.tar.gz": b"x", "backup.7z": b"x"})
+    with pytest.raises(SourceError, match=r"found none; s3dis\.tar\.gz is an archive, and prepare opens no archive "):
+        open_source(raw).rooms()
+
+
 def test_the_datasets_zip_cut_short_says_to_download_it_again_and_give_it_as_raw(tmp_path):
     """A readable zip's members are read (one holding areas is refused); one cut short has none to read, and was
     passed over: RAW without an area said only what it held."""

@@ -4,6 +4,8 @@ checkpoint or an array?)", with it as "not UTF-8 text (byte 0xff)". YAML reads U
 so does the config reader now; a binary file is still called binary."""
 from __future__ import annotations
 
+from shlex import split
+
 import pytest
 
 from pointgeope.engine.config import Config, ConfigError, load_config
@@ -46,6 +48,8 @@ def test_a_utf16_base_and_the_lines_of_a_utf16_file(tmp_path):
     b"\x93NUMPY\x01\x00v\x00{'descr': '<f4'}\n\x00\x00\x80?",  # np.save
     b"a\x00\x00\x00b\x00",  # a NUL second byte, but a NUL character once decoded
     b"a\x00\x00\xd8",  # a NUL second byte, then a lone surrogate: no UTF-16
+    bytes([5, 0, 7, 0, 9, 0, 1, 0] * 4),  # 16-bit numbers: UTF-16LE of control characters (was "not valid YAML")
+    bytes([0, 5, 0, 7, 0, 9, 0, 1] * 4),  # and big-endian
 ])
 def test_a_binary_file_is_still_called_binary(tmp_path, data):
     path = _written(tmp_path / "c.yaml", data)
@@ -63,7 +67,19 @@ def test_utf16_with_its_mark_cut_short_says_how_to_convert_it(tmp_path):
                               f"(iconv -f UTF-16 -t UTF-8 {path} > NEW.yaml) and check its end")
 
 
-def test_utf8_that_does_not_decode_names_its_line_and_byte(tmp_path):
-    path = _written(tmp_path / "c.yaml", b"model:\n  pe: rpe  # caf\xe9\n")
-    with pytest.raises(ConfigError, match=rf"^{path}:2: not UTF-8 text \(byte 0xe9\); a config is a UTF-8 YAML file"):
+def test_the_convert_command_holds_a_path_with_a_space_as_one_word(tmp_path):
+    """It was ``iconv -f UTF-16 -t UTF-8 /my configs/c.yaml > NEW.yaml``: two words for the shell, neither the file."""
+    (tmp_path / "my configs").mkdir()
+    path = _written(tmp_path / "my configs" / "c.yaml", b"\xff\xfe" + TEXT.encode("utf-16-le")[:-1])
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    command = str(err.value).split("convert it (", 1)[1].rsplit(") and check its end", 1)[0]
+    assert split(command) == ["iconv", "-f", "UTF-16", "-t", "UTF-8", str(path), ">", "NEW.yaml"]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_utf8_that_does_not_decode_names_its_line_and_byte(tmp_path, newline):
+    """Its line counted as YAML's own errors count them: ``\\r`` alone ends a line too (it was line 1)."""
+    path = _written(tmp_path / "c.yaml", f"# x{newline}model:{newline}  pe: rpe  # caf".encode() + b"\xe9\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:3: not UTF-8 text \(byte 0xe9\); a config is a UTF-8 YAML file"):
         load_config(path)
