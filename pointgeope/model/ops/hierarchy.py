@@ -15,8 +15,10 @@ itself. For stages ``s = 0 .. S-1`` with ``strides[s]`` and ``neighbours[s] = k_
 (``sample_s`` and ``down_s`` are ``None`` at stride 1.) Two kNN of the list are one search: when ``k_s ==
 k_{s-1}``, ``down_s = neighbours_{s-1}[sample_s]`` (each query of ``down_s`` is a point of stage ``s-1`` whose
 ``k_s`` neighbours there ``neighbours_{s-1}`` already holds; every backend answers a query from its point, its
-cloud and ``k`` alone), so it is gathered, not searched again. On the tree backends every stage's tree is built
-once for the kNN that search it (``knn.shared_trees``). Every op works per cloud with global rows, so the
+cloud and ``k`` alone), so it is gathered, not searched again. On the host's exact backends (pykdtree, scipy,
+torch) ``up_s`` is read from ``neighbours_{s+1}`` for the sampled rows and from ``neighbours_s`` for the rows it
+settles, the rest searched (``up_known``: the same result, bit for bit). On the tree backends every stage's
+tree is built once for the kNN that search it (``knn.shared_trees``). Every op works per cloud with global rows, so the
 hierarchy of a packed batch is the per-cloud hierarchies with their rows shifted by the cloud's start
 in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
 """
