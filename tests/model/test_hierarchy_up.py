@@ -121,3 +121,12 @@ def test_without_numba_every_non_sampled_row_is_searched_with_the_same_result(mo
     assert asked == [900 + 300 - 225 - 75, 225 + 75 - 56 - 18]        # the sampled rows read, the rest searched
     for a, b in zip(with_kernel.up + with_kernel.up_dist2, without.up + without.up_dist2, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", HOST)
+def test_float64_coordinates_keep_float64_distances_in_the_rows_read(backend):
+    """The rows read carry the neighbourhoods' distances: float64 for float64 coordinates, as the search's."""
+    coord, offset = _lattice_clouds([1500], side=14, seed=33)
+    h = HierarchySpec((1, 4, 4), (8, 16, 16), OpsBackends(knn=backend))(coord.double(), offset)
+    assert all(d.dtype == torch.float64 for d in h.up_dist2)
+    _assert_up_is_the_definition(h, coord.double())
