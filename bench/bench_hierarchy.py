@@ -9,6 +9,8 @@ on ``--device``. Backends (labels):
               reach): the baseline of the Morton order of the queries, the same result bit for bit
     cpu_any_ties   the same with the trees' own answer for ties (``k`` candidates taken as they come, not
               ``knn_ties.exact_knn``): the baseline of the tie rule, the same result up to tied rows
+    cpu_searched_up  the same with every row of the 3-NN up searched (``up_known`` out of reach): the baseline
+              of reading the rows the neighbourhoods settle, the same result bit for bit
     cpu_separate   the same backends with every kNN its own tree and its own search (``_separate``: the
               hierarchy before a stage's tree served all its kNN and the transition down was gathered from
               the stage before), the baseline of both, the same result bit for bit
@@ -63,7 +65,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interleave
-from bench_io import save_json
+from bench_io import git_state, save_json
 from bench_model import synthetic_room
 from pointgeope.model.kernel_check import sync, timed
 from pointgeope.model.ops import HierarchySpec, OpsBackends, PointHierarchy, counts, fps, knn, sample_counts
@@ -71,7 +73,7 @@ from pointgeope.model.ops.hierarchy import UP_NEIGHBOURS
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
 LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "cpu_any_ties": OpsBackends(),
-          "cpu_separate": OpsBackends(),
+          "cpu_searched_up": OpsBackends(), "cpu_separate": OpsBackends(),
           "default": OpsBackends(),
           "triton": OpsBackends("triton", "triton"),
           "cluster": OpsBackends(knn="cluster"), "torch": OpsBackends("torch", "torch")}
@@ -91,6 +93,9 @@ def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.de
             return spec(coord.to("cpu"), offset.to("cpu"))
     if label == "cpu_unordered":
         with _unordered_queries():
+            return spec(coord.to("cpu"), offset.to("cpu"))
+    if label == "cpu_searched_up":
+        with _patched((sys.modules["pointgeope.model.ops.hierarchy"],), known_up=_search_every_row):
             return spec(coord.to("cpu"), offset.to("cpu"))
     if label == "cpu_separate":
         return _separate(spec, coord.to("cpu"), offset.to("cpu").tolist())
@@ -120,6 +125,11 @@ def _separate(spec: HierarchySpec, coord: torch.Tensor, off: list[int]) -> Point
               check_finite=False) for s in range(len(coords) - 1)]
     return PointHierarchy(tuple(offsets), tuple(samples), tuple(down), tuple(neighbours),
                           tuple(i for i, _ in up), tuple(d for _, d in up))
+
+
+def _search_every_row(sample, offsets, fine, coarse, up, search):
+    """``up_known.known_up`` as it was before it: every row of the 3-NN up searched."""
+    return search(None, offsets[0])
 
 
 @contextlib.contextmanager
@@ -364,6 +374,7 @@ def main() -> None:
     from pointgeope.info import device_summary
 
     result = {"device": args.device, "device_summary": device_summary(), "torch": torch.__version__,
+              "git": git_state(exclude=("bench/results",)), "cpu_model": _cpu_model(),
               "cpu_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
               "points": args.points, "strides": STRIDES,
               "neighbours": NEIGHBOURS, "cases": {}}
@@ -387,6 +398,16 @@ def main() -> None:
         result["knn_variants"] = time_knn_variants(min(args.clouds), args.points, args.device)
         _write(result, args.out)
         print(json.dumps({k: result[k] for k in ("ops", "fps_variants", "knn_variants")}), flush=True)
+
+
+def _cpu_model() -> str:
+    """The host CPU's model name and core count (``/proc/cpuinfo``), "" where it cannot be read."""
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+    except OSError:
+        return ""
+    return f"{names[0]} x {len(names)}" if names else ""
 
 
 def _write(result: dict, out: Path) -> None:

@@ -1,5 +1,5 @@
-"""The Morton order of one cloud on the CPU, compiled with numba: the order of the CPU FPS's bucket tree
-(``model/ops/bucket_fps.py``) and of the queries of the CPU kNN (``model/ops/knn.py``). The code itself, in
+"""The Morton order of one cloud on the CPU, compiled with numba: the order of the queries of the CPU kNN
+(``model/ops/knn.py``; the CPU FPS's bucket tree takes a kd order, ``model/ops/bucket_fps.py``). The code itself, in
 plain arithmetic, is :mod:`pointgeope.morton_code`'s (data code and model code both import it; this module
 needs numba, which ``pointgeope.nn``'s minimal install lacks).
 

@@ -34,6 +34,26 @@ def test_time_hierarchy_interleaves_backends_and_records_the_one_that_cannot_run
     assert out["cpu"]["paired_median"] == 1.0
 
 
+def test_the_searched_up_baseline_searches_every_row_and_gives_the_same_hierarchy(monkeypatch):
+    """``cpu_searched_up``, the baseline of the 3-NN up read from the neighbourhoods, asks the search for every row
+    of each stage (the shortcut would ask for fewer) and its hierarchy is the ``cpu`` label's, bit for bit."""
+    import sys
+
+    hierarchy = sys.modules["pointgeope.model.ops.hierarchy"]
+    asked, real = [], hierarchy.knn
+
+    def counting(query, support, k, q_off, s_off, **kwargs):
+        if k == 3:
+            asked.append(query.shape[0])
+        return real(query, support, k, q_off, s_off, **kwargs)
+    monkeypatch.setattr(hierarchy, "knn", counting)
+    out = bench_hierarchy.time_hierarchy(["cpu", "cpu_searched_up"], clouds=2, points=3000, device="cpu", reps=1,
+                                         warmup=1)
+    assert out["cpu_searched_up"]["identical"] is True
+    assert asked[-4:] == [6000, 1500, 374, 92]                  # the last round's: every row of stages 0-3
+    assert all(a < n for a, n in zip(asked[:4], [6000, 1500, 374, 92], strict=True))   # the cpu label's: fewer
+
+
 @pytest.mark.slow
 def test_relation_backward_time_stage_interleaves_scatters(monkeypatch, kernel_failures_forgotten):
     pytest.importorskip("triton")

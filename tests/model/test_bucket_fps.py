@@ -55,7 +55,7 @@ def test_exact_ties_resolve_to_the_smallest_index():
     assert bucket_fps(square, [4], [4], leaf=1).tolist() == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("leaf", [1, 2, 3, 32])
+@pytest.mark.parametrize("leaf", [1, 2, 3, 32, 64])
 def test_the_bucket_tree_at_any_leaf_size_is_thereference_fps(leaf):
     """Leaves of 1-3 points give a deep tree over tiny clouds: the pruning and the merge of the maxima
     (ties across leaves and subtrees) run at every level."""
@@ -63,6 +63,28 @@ def test_the_bucket_tree_at_any_leaf_size_is_thereference_fps(leaf):
     kept = [max(1, len(c) // 2) for c in clouds]
     assert bucket_fps(np.concatenate(clouds), [len(c) for c in clouds], kept, leaf=leaf).tolist() == \
         _expected(clouds, kept)
+
+
+@pytest.mark.parametrize("n", [1, 2, 1000, 1025])
+def test_the_kd_order_is_a_permutation_split_at_each_nodes_share_along_its_widest_axis(n):
+    """The leaves' order (``_kd_order``, 16-point leaves): every row once, duplicates and a last leaf part full
+    included; at the root the first ``leaf * P / 2`` positions lie no higher, along the axis where the cloud
+    spreads widest (x here), than the rest, and so do the first quarter's against the second's (y or x)."""
+    from pointgeope.model.ops.bucket_fps import _kd_order
+
+    rng = np.random.default_rng(n)
+    points = (rng.integers(0, 9, size=(n, 3)) * [3.0, 2.0, 1.0]).astype(np.float32)   # repeats, x widest
+    p = 1
+    while p * 16 < n:
+        p *= 2
+    rows = _kd_order(points, 0, n, 16, p)
+    assert sorted(rows.tolist()) == list(range(n))
+    if n > 16:
+        half = min(8 * p, n)
+        assert points[rows[:half], 0].max() <= points[rows[half:], 0].min()
+        quarter = points[rows[:half]]
+        axis = int(np.argmax(quarter.max(0) - quarter.min(0)))
+        assert quarter[:4 * p, axis].max() <= quarter[4 * p:, axis].min()
 
 
 def _fused(cloud: np.ndarray, m: int) -> list[int]:

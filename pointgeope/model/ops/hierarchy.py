@@ -15,8 +15,10 @@ itself. For stages ``s = 0 .. S-1`` with ``strides[s]`` and ``neighbours[s] = k_
 (``sample_s`` and ``down_s`` are ``None`` at stride 1.) Two kNN of the list are one search: when ``k_s ==
 k_{s-1}``, ``down_s = neighbours_{s-1}[sample_s]`` (each query of ``down_s`` is a point of stage ``s-1`` whose
 ``k_s`` neighbours there ``neighbours_{s-1}`` already holds; every backend answers a query from its point, its
-cloud and ``k`` alone), so it is gathered, not searched again. On the tree backends every stage's tree is built
-once for the kNN that search it (``knn.shared_trees``). Every op works per cloud with global rows, so the
+cloud and ``k`` alone), so it is gathered, not searched again. On the host's exact backends (pykdtree, scipy,
+torch) ``up_s`` is read from ``neighbours_{s+1}`` for the sampled rows and from ``neighbours_s`` for the rows it
+settles, the rest searched (``up_known``: the same result, bit for bit). On the tree backends every stage's
+tree is built once for the kNN that search it (``knn.shared_trees``). Every op works per cloud with global rows, so the
 hierarchy of a packed batch is the per-cloud hierarchies with their rows shifted by the cloud's start
 in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
 """
@@ -30,12 +32,13 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops import backends
-from pointgeope.model.ops.backends import OpsBackends
+from pointgeope.model.ops.backends import KNN_BACKENDS, OpsBackends, resolve
 from pointgeope.model.ops.checks import check_coordinates, check_count
 from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.knn import knn, shared_trees
 from pointgeope.model.ops.morton import shared_layouts
 from pointgeope.model.ops.offsets import check_offset, counts
+from pointgeope.model.ops.up_known import known_up
 
 __all__ = ["PointHierarchy", "HierarchySpec", "UP_NEIGHBOURS"]
 
@@ -118,7 +121,7 @@ class HierarchySpec:
 
     def _build(self, coord: Tensor, off: list[int]) -> PointHierarchy:
         knn_backend, fps_backend = self.backends.knn, self.backends.fps
-        offsets, samples, down, neighbours, coords = [], [], [], [], []
+        offsets, samples, down, neighbours, coords, near = [], [], [], [], [], []
         c = coord
         for stride, k in zip(self.strides, self.neighbours, strict=True):
             if stride > 1:
@@ -135,14 +138,29 @@ class HierarchySpec:
             else:
                 samples.append(None)
                 down.append(None)
-            neighbours.append(knn(c, c, k, off, off, backend=knn_backend, check_finite=False)[0])
+            near.append(knn(c, c, k, off, off, backend=knn_backend, check_finite=False))
+            neighbours.append(near[-1][0])
             offsets.append(off)
             coords.append(c)
-        up = [knn(coords[s], coords[s + 1], UP_NEIGHBOURS, offsets[s], offsets[s + 1], backend=knn_backend,
-                  check_finite=False) for s in range(len(coords) - 1)]
+        up = [self._up(s, coords, offsets, samples, near) for s in range(len(coords) - 1)]
         device_offsets = tuple(torch.tensor(o, dtype=torch.long).to(coord.device) for o in offsets)
         return PointHierarchy(device_offsets, tuple(samples), tuple(down), tuple(neighbours),
                               tuple(idx for idx, _ in up), tuple(dist2 for _, dist2 in up))
+
+    def _up(self, s: int, coords: list[Tensor], offsets: list[list[int]], samples: list[Tensor | None],
+            near: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+        """``up_s`` and its distances: on the host's exact backends the rows the neighbourhoods settle read from
+        them, the others searched (``up_known``, the same result bit for bit), else all searched."""
+        def search(rows, rows_off):
+            query = coords[s] if rows is None else coords[s][rows]
+            return knn(query, coords[s + 1], UP_NEIGHBOURS, rows_off, offsets[s + 1], backend=self.backends.knn,
+                       check_finite=False)
+
+        host_exact = coords[s].device.type == "cpu" and resolve(
+            self.backends.knn, KNN_BACKENDS, coords[s].device, "knn", UP_NEIGHBOURS) in ("pykdtree", "scipy", "torch")
+        if samples[s + 1] is None or not host_exact or near[s + 1][0].shape[1] < UP_NEIGHBOURS:
+            return search(None, offsets[s])
+        return known_up(samples[s + 1], (offsets[s], offsets[s + 1]), near[s], near[s + 1], UP_NEIGHBOURS, search)
 
     def check(self, hierarchy: PointHierarchy, num_points: int, clouds: int) -> None:
         """Raise ``ValueError`` unless ``hierarchy`` has this spec's stages for ``num_points`` in ``clouds``."""
