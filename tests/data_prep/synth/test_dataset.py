@@ -316,3 +316,18 @@ def test_one_writer_at_a_time_and_every_run_removes_the_leftovers(tmp_path, caps
     printed = capsys.readouterr().out
     assert f"removed the unfinished room {leftover}" in printed and "nothing to do" in printed
     assert not leftover.exists() and _tree(out) == before
+
+
+def test_a_rerun_removes_the_temporary_manifest_of_a_killed_run(tmp_path, capsys):
+    """A synth killed (SIGKILL) after it wrote its manifest's temporary file, before the rename: the rerun
+    finished the dataset but left `.synth_manifest.json.<8 characters>.tmp.json` in OUT for good (the lock's
+    take-over removed only the temporary room folders)."""
+    out = tmp_path / "raw"
+    _tiny(out, areas=1)
+    before = _tree(out)
+    killed = out / ".synth_manifest.json.c0f75f2f.tmp.json"  # atomic_path's name for the manifest
+    (out / MANIFEST).rename(killed)
+    (out / ".synth_settings.json.0a1b2c3d.tmp.json").write_text("{")  # a half-written one
+    assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 0
+    capsys.readouterr()
+    assert _tree(out) == before
