@@ -20,7 +20,7 @@ from typing import IO
 
 from pointgeope.errors import FULL_DISK, UserError
 
-__all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "writable_folder",
+__all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "is_leftover", "writable_folder",
            "check_replaceable", "DiskFullError", "UnwritableError"]
 
 class DiskFullError(UserError):
@@ -138,6 +138,12 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
+def is_leftover(name: str) -> bool:
+    """Whether a file name is one of :func:`atomic_path`'s temporary files (``.<name>.<8 characters>.tmp<suffix>``):
+    in a folder whose lock is free, a killed writer's leftover, not data."""
+    return _LEFTOVER.fullmatch(name) is not None
+
+
 def remove_leftovers(folder: str | Path, recursive: bool = True) -> list[Path]:
     """Delete the temporary files that a killed writer left in ``folder`` and (``recursive``) its sub-folders;
     returns them. Call it only while holding the lock of every folder it searches (:mod:`pointgeope.lock`):
@@ -146,7 +152,7 @@ def remove_leftovers(folder: str | Path, recursive: bool = True) -> list[Path]:
     if not folder.is_dir():
         return []
     found = folder.rglob(".*.tmp*") if recursive else folder.glob(".*.tmp*")
-    removed = [p for p in found if p.is_file() and _LEFTOVER.fullmatch(p.name)]
+    removed = [p for p in found if p.is_file() and is_leftover(p.name)]
     for path in removed:
         path.unlink(missing_ok=True)
     return removed

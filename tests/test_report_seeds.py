@@ -327,3 +327,17 @@ def test_a_std_over_seeds_on_a_tie_prints_rounded_half_up():
     assert ablation_markdown([seeds]).splitlines()[2].startswith("| T | 3 | 20.0 ± 1.3 (18.8–21.3) |")
     csv_row = next(r for r in csv.DictReader(io.StringIO(ablation_csv([seeds]))) if r["score"] == "oa")
     assert csv_row["std_pct"] == "1.2500"
+
+
+def test_a_rewrite_removes_the_temporary_files_of_a_killed_ablate(tmp_path):
+    """`kill -9` of ablate while it wrote its report left `.ablation.json.<8 characters>.tmp.json` in
+    RUN/report/fold_K: every later ablate wrote the report beside it and kept it for good. Only that folder
+    is cleared (ablate holds RUN's lock); a file of another name, and the folders below, are left alone."""
+    out = tmp_path / "report"
+    (out / "below").mkdir(parents=True)
+    killed = [out / ".ablation.json.0a1b2c3d.tmp.json", out / ".ablation.md.9efd0e96.tmp.md"]
+    kept = [out / ".notes.tmp", out / "below" / ".x.json.0a1b2c3d.tmp.json"]
+    for path in killed + kept:
+        path.write_text("half")
+    written = write_ablation(variants(), out)
+    assert sorted(p for p in out.rglob("*") if p.is_file()) == sorted(written + kept)

@@ -26,7 +26,7 @@ from data_prep.synth.places import check_places, check_room
 from data_prep.synth.record import complete_manifest, recorded_settings
 from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
 from data_prep.synth.write import Defect, format_lines, remove_stale, room_files, write_room
-from pointgeope.atomic import write_text_atomic
+from pointgeope.atomic import is_leftover, remove_leftovers, write_text_atomic
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.lock import LOCK_NAME, folder_lock
 from pointgeope.memory import available_memory
@@ -220,8 +220,8 @@ def check_out(out: Path, settings: dict) -> str:
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"expected OUT to be a folder, got the file {out}")
-    if not out.exists() or not any(p.name not in (SETTINGS, LOCK_NAME) for p in out.iterdir()):
-        return "new"  # empty, or the settings of an attempt that stopped before its first room: nothing to keep
+    if not out.exists() or all(p.name in (SETTINGS, LOCK_NAME) or is_leftover(p.name) for p in out.iterdir()):
+        return "new"  # empty, or what an attempt killed before its first room left (its settings): nothing to keep
     path = out / SETTINGS
     if not path.is_file():
         raise ValueError(f"{out} is not empty and holds no {SETTINGS}: expected an empty folder or one "
@@ -250,13 +250,14 @@ def generate(out: Path, config, log=print) -> dict:
     Writes every room that is not there yet, then ``out/synth_manifest.json``; returns the manifest.
     A complete ``out`` made with the same settings is left as it is. One writer at a time
     (:func:`pointgeope.lock.folder_lock`: a second one is refused with one line), which first removes the
-    temporary room folders a killed run left.
+    temporary room folders and files (:func:`pointgeope.atomic.remove_leftovers`) a killed run left.
     """
     settings = asdict(config)
     check_out(out, settings)  # a file, another folder's data, other settings: refused before OUT is made
     with folder_lock(out, f"pointgeope synth {out}"):
         for stale in (p for area_dir in sorted(out.glob("Area_*")) for p in remove_stale(area_dir)):
             log(f"removed the unfinished room {stale}")
+        remove_leftovers(out)  # a killed run's temporary files (its manifest's, written last), before "complete"
         if check_out(out, settings) == "complete":
             log(f"{out} already holds the complete synthetic dataset with these settings; nothing to do")
             return json.loads((out / MANIFEST).read_text())

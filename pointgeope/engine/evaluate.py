@@ -36,7 +36,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -61,6 +60,7 @@ from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
+from pointgeope.engine.fold_lock import fold_folder
 from pointgeope.engine.fold_record import fold_checkpoint
 from pointgeope.engine.fold_result import TEST_KEY, new_test, nothing_scored, unfinished_metrics_warning, untrained_fold
 from pointgeope.engine.machine_record import fold_machines
@@ -71,7 +71,7 @@ from pointgeope.engine.weights import load_model_state
 from pointgeope.errors import UserError
 from pointgeope.h5 import NORMAL, area_path, list_rooms, read_labels, read_room
 from pointgeope.h5_predictions import predictions_path, write_predictions
-from pointgeope.lock import folder_lock, reader_lock
+from pointgeope.lock import reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 from pointgeope.model.ops.fps import FPS_RULE
 from pointgeope.provenance import code_record
@@ -385,8 +385,7 @@ def evaluate_run(run: Path, overrides: list[str]) -> int:
     env = distributed.setup(cfg.train.device)
     try:
         with contextlib.ExitStack() as stack:
-            if env.is_main:  # one writer per fold folder, as train
-                stack.enter_context(folder_lock(run, " ".join(sys.argv)))
+            stack.enter_context(fold_folder(run, env))  # one writer per fold folder, as train; leftovers removed
             stack.enter_context(reader_lock(cfg.data.root))  # and no prepare into the data root meanwhile
             m = evaluate_fold(run, cfg, env)
     finally:

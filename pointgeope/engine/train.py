@@ -30,7 +30,6 @@ checkpoints). :func:`run_folds` runs one fold or all of them; :func:`train` is `
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import shlex
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from pointgeope.atomic import remove_leftovers, writable_folder
+from pointgeope.atomic import writable_folder
 from pointgeope.constants import FOLD_NAME, class_names, fold_folder_name
 from pointgeope.data.check import area_checksums
 from pointgeope.data.features import feature_names
@@ -52,6 +51,7 @@ from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, validate
 from pointgeope.engine.fold_check import check_fold
+from pointgeope.engine.fold_lock import fold_folder
 from pointgeope.engine.fold_skip import clear_fold, complete_metrics
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
@@ -62,7 +62,7 @@ from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.h5 import prepared_folder_mark
-from pointgeope.lock import folder_lock, reader_lock
+from pointgeope.lock import reader_lock
 from pointgeope.memory import neighbour_problem
 from pointgeope.model.ops.fps import FPS_RULE
 from pointgeope.plural import counted
@@ -258,19 +258,6 @@ def log_scores(writer, tag: str, s: dict, step: int) -> None:
     for name, iou in zip(class_names(len(s["iou"])), s["iou"], strict=True):
         if iou is not None and not math.isnan(iou):
             writer.add_scalar(f"{tag}_iou/{name}", iou, step)
-
-
-@contextlib.contextmanager
-def fold_folder(run: Path, env: distributed.DistEnv):
-    """Hold the lock of the fold folder ``run`` (rank 0; the other ranks write nothing there, and end with
-    rank 0's refusal when it is refused) and remove the temporary files a killed run left in it."""
-    with contextlib.ExitStack() as stack:
-        with distributed.refusal_shared():
-            if env.is_main:
-                stack.enter_context(folder_lock(run, " ".join(sys.argv)))
-        for path in remove_leftovers(run) if env.is_main else ():
-            print(f"removed {path}, left by an interrupted run", flush=True)
-        yield
 
 
 def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, force: bool = False) -> list[dict]:

@@ -338,3 +338,21 @@ def test_a_ply_output_of_a_version_that_named_the_prediction_label_is_predicted_
     assert b"property uchar pred\n" in header and b"property uchar label\n" not in header
     assert cli(command) == 0   # now complete: skipped
     assert predicted == ["b.npy", "b.npy"]
+
+
+def test_a_rerun_removes_the_temporary_files_of_a_killed_run(tiny_run, scans, tmp_path, capsys):
+    """`kill -9` while a scan's output was written left `.a_pred.npy.<8 characters>.tmp.npy` beside it; the
+    rerun predicted every scan but kept that file for good. The folders predict writes are cleared of them
+    under its lock; a sub-folder it does not write (another command's) is left alone."""
+    assert cli(argv(tiny_run, scans, tmp_path / "whole")) == 0
+    out = tmp_path / "out"
+    (out / "other").mkdir(parents=True)
+    killed = [out / ".a_pred.npy.70089a4a.tmp.npy", out / ".b_pred.json.0a1b2c3d.tmp.json"]
+    for path in killed:
+        path.write_bytes(b"half")
+    (out / "other" / ".x.0a1b2c3d.tmp.npy").write_bytes(b"not predict's")
+    assert cli(argv(tiny_run, scans, out)) == 0
+    capsys.readouterr()
+    assert {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()} == files(tmp_path / "whole")
+    assert not any(path.exists() for path in killed)
+    assert (out / "other" / ".x.0a1b2c3d.tmp.npy").read_bytes() == b"not predict's"

@@ -314,3 +314,23 @@ def test_a_fold_folder_deleted_while_training_is_one_line_and_not_made_again(two
                    "could now take the folder; the same command trains the fold again (from its last.pt, if one "
                    "is left)")
     assert not fold.exists()       # no checkpoint, event or log written into a folder made again without a lock
+
+
+def test_evaluate_removes_the_temporary_files_of_a_killed_evaluate(tiny_run, tmp_path, capsys):
+    """`kill -9` of evaluate while it wrote its predictions left `predictions/.Area_1.h5.<8 characters>.tmp.h5`:
+    the evaluate rerun wrote the same results but kept that file for good (only train's lock removed them).
+    Both commands take the fold folder alike now: its lock, then a killed run's temporary files removed."""
+    import shutil
+
+    from pointgeope.cli import main as cli
+
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    killed = [fold / "predictions" / ".Area_1.h5.9efd0e96.tmp.h5", fold / ".metrics.json.0a1b2c3d.tmp.json"]
+    for path in killed:
+        path.write_bytes(b"half")
+    assert cli(["evaluate", str(fold)]) == 0
+    printed = capsys.readouterr().out
+    assert not any(path.exists() for path in killed)
+    assert all(f"removed {path}, left by an interrupted run" in printed for path in killed)
+    assert sorted(p.name for p in (fold / "predictions").iterdir()) == ["Area_1.h5"]

@@ -316,3 +316,40 @@ def test_one_writer_at_a_time_and_every_run_removes_the_leftovers(tmp_path, caps
     printed = capsys.readouterr().out
     assert f"removed the unfinished room {leftover}" in printed and "nothing to do" in printed
     assert not leftover.exists() and _tree(out) == before
+
+
+def test_a_rerun_removes_the_temporary_manifest_of_a_killed_run(tmp_path, capsys):
+    """A synth killed (SIGKILL) after it wrote its manifest's temporary file, before the rename: the rerun
+    finished the dataset but left `.synth_manifest.json.<8 characters>.tmp.json` in OUT for good (the lock's
+    take-over removed only the temporary room folders)."""
+    out = tmp_path / "raw"
+    _tiny(out, areas=1)
+    before = _tree(out)
+    killed = out / ".synth_manifest.json.c0f75f2f.tmp.json"  # atomic_path's name for the manifest
+    (out / MANIFEST).rename(killed)
+    (out / ".synth_settings.json.0a1b2c3d.tmp.json").write_text("{")  # a half-written one
+    assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 0
+    capsys.readouterr()
+    assert _tree(out) == before
+
+
+def test_a_run_killed_at_its_first_write_is_resumed_not_refused(tmp_path, capsys):
+    """`kill -9` of synth while it wrote its first file (`.synth_settings.json`, through its temporary file) left
+    OUT with that temporary file and the lock only; every rerun then refused OUT as another folder's data ("is
+    not empty and holds no .synth_settings.json ... choose another OUT"). Those are the killed run's own: the
+    rerun writes the dataset, the same bytes as a run never stopped."""
+    import socket
+    import subprocess
+    import sys
+
+    whole, out = tmp_path / "whole", tmp_path / "raw"
+    assert cli(["synth", str(whole), "--size", "tiny", "--areas", "1"]) == 0
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)  # a pid that has ended, as the killed run's
+    (out / ".lock").write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(),
+                                           "since": "2026-11-29 01:02:00", "command": "pointgeope synth"}))
+    (out / "..synth_settings.json.d7d78893.tmp.json").write_text((whole / ".synth_settings.json").read_text()[:50])
+    assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 0
+    capsys.readouterr()
+    assert _tree(out) == _tree(whole)
