@@ -23,6 +23,15 @@ def test_positions_beyond_the_point_ops_limit_are_refused_where_encoded(pe):
     assert make_conv("rpe")(x, (1 + pos) * 1e20, edge_index).isfinite().all()
 
 
+@pytest.mark.parametrize("pe", ["geope", "lingeope"])
+def test_bfloat16_positions_beyond_the_limit_are_refused(pe):
+    """bfloat16 positions (float32's range) beyond 2^60 gave NaN outputs; refused as float32 ones are."""
+    x, pos, edge_index = graph(n=9, k=4)
+    conv = make_conv(pe).bfloat16()
+    with pytest.raises(ValueError, match=r"expected pos within \+-2\^60 .* got 27 entries outside"):
+        conv(x.bfloat16(), ((1 + pos) * 1e25).bfloat16(), edge_index)
+
+
 @pytest.mark.parametrize("pe", ["geope", "geope+rpe", "lingeope", "rope3d"])
 def test_uncentred_positions_are_said_where_standard_geope_turns_them(pe, monkeypatch):
     """UTM-scale float32 positions: standard GeoPE turns every node by its own phase (millions of radians,
