@@ -18,6 +18,8 @@ import operator
 import torch
 from torch import Tensor
 
+from pointgeope.geope_checks import check_real
+
 __all__ = ["check_count", "check_finite", "check_coordinates", "check_model_dtype", "check_values", "COORD_LIMIT"]
 
 # The largest |coordinate| the point ops take: 2^60 (about 1.15e18); check_coordinates says why.
@@ -96,8 +98,10 @@ def check_coordinates(name: str, value: Tensor) -> None:
     ``|q|^2, |s|^2 <= 3 * 2^122`` and ``|2 q.s| <= 6 * 2^122``, and no partial sum exceeds
     ``12 * 2^122 = 1.5 * 2^125``, a factor 8 below ``FLT_MAX`` (at ``2^62`` it would reach ``1.5 * 2^129``
     and overflow). Beyond the limit a backend answers with an index past the end, a point that is not its
-    own neighbour, or a crash. No real cloud comes near it (1e18 m is about 100 light years).
+    own neighbour, or a crash. No real cloud comes near it (1e18 m is about 100 light years). Complex and bool
+    coordinates are a ``TypeError`` (``geope_checks.check_real``: complex ones failed in ``torch.iinfo``).
     """
+    check_real(name, value, integer=True)           # a dtype, no value read: checked when compiling too
     if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta:
         return
     if _dtype_max(value.dtype) <= COORD_LIMIT:      # float16, int32, ...: only NaN and inf can be wrong
