@@ -353,6 +353,12 @@ class GeoPE(nn.Module):
         for p in (pos, *more_pos):
             if p.shape[-1] != self.axes:
                 raise ValueError(f"expected pos of shape (..., {self.axes}), got {tuple(p.shape)}")
+        try:                                             # torch's own error named no argument
+            torch.broadcast_shapes(x.shape[:-1], *(p.shape[:-1] for p in (pos, *more_pos)))
+        except RuntimeError:
+            got = " and ".join(str(tuple(p.shape)) for p in (pos, *more_pos))
+            raise ValueError(f"expected positions whose leading dims broadcast against x's {tuple(x.shape[:-1])}, "
+                             f"got {got}") from None
         return self.block_scale(geometry_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
 
     def extra_repr(self) -> str:

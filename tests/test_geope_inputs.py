@@ -114,3 +114,16 @@ def test_block_scale_takes_one_two_or_three_axes(axes):
         BlockScale(6, axes=axes)
     with pytest.raises(ValueError, match=rf"expected axes in \(1, 2, 3\), got {axes!r}"):
         GeoPE(6, axes=axes)
+
+
+def test_positions_that_do_not_broadcast_against_the_features_are_refused_by_name():
+    """``(B, L, A)`` positions for ``(B, H, L, C)`` features of ``H != B``: torch's "The size of tensor a (2) must
+    match the size of tensor b (3)" from inside the rotation, naming neither input."""
+    pe = GeoPE(6)
+    x, pos = torch.randn(2, 3, 5, 6), torch.randn(2, 5, 3)
+    with pytest.raises(ValueError, match=r"expected positions whose leading dims broadcast against x's \(2, 3, 5\), "
+                                         r"got \(2, 5, 3\)"):
+        pe(x, pos)
+    with pytest.raises(ValueError, match=r"got \(2, 5, 3\) and \(5, 1, 3\)"):
+        pe.relative(x, torch.randn(5, 1, 3), pos)
+    assert pe(x, pos[:, None]).shape == x.shape                  # (B, 1, L, A): the documented broadcast
