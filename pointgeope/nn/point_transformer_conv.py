@@ -15,6 +15,7 @@ from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 from pointgeope.geope import apply_geope, relative_geope
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention import MixedInit, PositionalEncoding, pair_frequencies, position_scales
+from pointgeope.model.ops.checks import check_model_dtype
 from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
@@ -245,9 +246,21 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             if rows is not None and rows.shape[0] != p.shape[0]:
                 raise ValueError(f"expected {x_name} and {name} with one row a node, got {x_name} of "
                                  f"{rows.shape[0]} rows and {name} of {p.shape[0]}")
+            self._check_dtypes(name, p, x_name, rows)
             turned = "geope" in (self.pe.rotation, self.pe.value_rotation)   # absolute phases: said beyond float32
             (check_positions(name, p, self.block_scale(torch.float32, p.device) if turned else 0.0)
              if self.pe.uses_positions else check_finite(name, p))
+
+    def _check_dtypes(self, name: str, pos: Tensor, x_name: str, rows: OptTensor) -> None:
+        """Features in the layer's dtype, and positions too where they enter a linear `pos_nn` (the default): torch's
+        "mat1 and mat2 must have the same dtype" named neither (`check_model_dtype`: autocast's casts are taken)."""
+        weight = self.lin.weight
+        if isinstance(weight, torch.nn.parameter.UninitializedParameter):     # in_channels=-1, before the first call
+            return
+        if rows is not None:
+            check_model_dtype(x_name, rows, weight.dtype)
+        if isinstance(self.pos_nn, (Linear, torch.nn.Linear)):
+            check_model_dtype(name, pos, weight.dtype)
 
     def _in_source_frame(self, x: Tensor, pos: Tensor, rotation: str | None) -> Tensor:
         """``R(t_j) x_j`` of every source node, ``x (N_s, C)``, ``pos (N_s, A)``, for standard GeoPE (the half

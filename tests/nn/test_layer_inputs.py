@@ -32,6 +32,24 @@ def test_bfloat16_positions_beyond_the_limit_are_refused(pe):
         conv(x.bfloat16(), ((1 + pos) * 1e25).bfloat16(), edge_index)
 
 
+@pytest.mark.parametrize("pe", ["rpe", "geope", "none"])
+def test_features_and_linear_delta_positions_of_another_dtype_are_refused_by_name(pe):
+    """A float64 cloud (NumPy's) into a float32 layer failed in torch's matmul, "mat1 and mat2 must have the same
+    dtype", naming neither input. Positions are held to the layer's dtype where they enter its default linear
+    `pos_nn` (`none` has none: there they only pick neighbours)."""
+    x, pos, edge_index = graph(n=9, k=4)
+    conv = GeoPEPointTransformerConv(4, 6, pe=pe)
+    with pytest.raises(TypeError, match=r"expected x in the model's dtype torch.float32, got torch.float64"):
+        conv(x, pos.float(), edge_index)
+    if pe == "none":
+        assert conv(x.float(), pos, edge_index).dtype == torch.float32
+    else:
+        with pytest.raises(TypeError, match=r"expected pos in the model's dtype torch.float32, got torch.float64"):
+            conv(x.float(), pos, edge_index)
+    with pytest.raises(TypeError, match=r"expected x\[1\] in the model's dtype torch.float32, got torch.float16"):
+        conv((x.float(), x[:3].half()), (pos.float(), pos[:3].float()), edge_index[:, edge_index[1] < 3])
+
+
 @pytest.mark.parametrize("pe", ["geope", "geope+rpe", "lingeope", "rope3d"])
 def test_uncentred_positions_are_said_where_standard_geope_turns_them(pe, monkeypatch):
     """UTM-scale float32 positions: standard GeoPE turns every node by its own phase (millions of radians,
