@@ -154,6 +154,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                 value, value_nodes = None, value
         if self.add_self_loops:                                      # PyG's: the graph's own removed, one a node
             if isinstance(edge_index, Tensor):                       # (inline as PyG's, not a helper: a helper's
+                _check_edge_index(edge_index)                        # (shape only; PyG's own check comes later)
                 num_nodes = min(pos[0].size(0), pos[1].size(0))      # data-dependent nonzero is a second graph
                 edge_index, _ = remove_self_loops(edge_index)        # break under torch.compile)
                 edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
@@ -364,6 +365,13 @@ class _ZeroDelta(torch.nn.Module):
 
     def forward(self, diff: Tensor) -> Tensor:
         return diff.new_zeros(diff.shape[0], self.channels)
+
+
+def _check_edge_index(edge_index: Tensor) -> None:
+    """`(2, E)` (a dense one), as PyG's `MessagePassing` checks it in `propagate`: the self-loops' handling failed
+    before it on another shape with torch's "Sizes of tensors must match", or flattened a `(2, E, 1)` silently."""
+    if edge_index.layout == torch.strided and (edge_index.dim() != 2 or edge_index.shape[0] != 2):  # not (N, N) sparse
+        raise ValueError(f"expected edge_index of shape (2, E), got {tuple(edge_index.shape)}")
 
 
 def _position_pair(pos) -> tuple:

@@ -4,6 +4,8 @@ PyG line, the imports of ``pointgeope.nn``, sparse adjacency, and which rotation
 PyG's layer and each preset's definition: test_point_transformer_conv.py."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -48,6 +50,15 @@ def test_features_and_linear_delta_positions_of_another_dtype_are_refused_by_nam
             conv(x.float(), pos, edge_index)
     with pytest.raises(TypeError, match=r"expected x\[1\] in the model's dtype torch.float32, got torch.float16"):
         conv((x.float(), x[:3].half()), (pos.float(), pos[:3].float()), edge_index[:, edge_index[1] < 3])
+
+
+@pytest.mark.parametrize("shape", [(6,), (3, 4), (2, 3, 1)])
+def test_an_edge_index_not_of_shape_two_by_e_is_refused_before_the_self_loops(shape):
+    """The self-loops' handling ran before PyG's own check: torch's "Sizes of tensors must match" for (6,) and
+    (3, 4), and a (2, 3, 1) flattened into edges without a word."""
+    x, pos, _ = graph(n=9, k=4)
+    with pytest.raises(ValueError, match=rf"expected edge_index of shape \(2, E\), got {re.escape(str(shape))}"):
+        make_conv("geope")(x, pos, torch.zeros(shape, dtype=torch.long))
 
 
 @pytest.mark.parametrize("pe", ["geope", "geope+rpe", "lingeope", "rope3d"])
