@@ -85,6 +85,10 @@ def test_bad_input_names_the_argument(model):
     nan[3, 1] = float("nan")
     with pytest.raises(ValueError, match="expected finite coord, got 1 non-finite"):
         run(model, **dict(data, coord=nan))
+    # finite coordinates of 1e19 overflowed GeoPE's float32 axis norm (NaN logits without a word): refused
+    # beyond +-2^60 as the point ops refuse them
+    with pytest.raises(ValueError, match=r"expected coord within \+-2\^60 .*, got 300 values outside"):
+        run(model, **dict(data, coord=(1 + data["coord"].abs()) * 1e19))
 
 
 def test_training_step_reaches_every_parameter():
