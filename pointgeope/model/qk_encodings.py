@@ -152,7 +152,7 @@ def _check_positions(name: str, pos: Tensor | None, q: Tensor, check_finite: boo
     if name == "coord" and not pos.is_floating_point():
         raise TypeError(f"expected coord a floating-point tensor (metres), got {pos.dtype}")
     if check_finite and pos.is_floating_point():   # one read: NaN, inf, or beyond the point ops' +-2^60, where
-        outside = int((~((pos >= -COORD_LIMIT) & (pos <= COORD_LIMIT))).sum())   # GeoPE's axis norm overflows
+        outside = int((~(torch.isfinite(pos) & (pos.abs() <= COORD_LIMIT))).sum())   # GeoPE's axis norm overflows
         bad = int((~torch.isfinite(pos)).sum()) if outside else 0
         if bad:
             raise ValueError(f"expected finite {name}, got {bad} non-finite values (NaN or inf) in {tuple(pos.shape)}")

@@ -250,6 +250,10 @@ def test_coordinates_beyond_the_point_ops_limit_are_refused(name):
     with pytest.raises(ValueError, match=r"expected coord within \+-2\^60 .*, got 66 values outside"):
         enc.attention(q, k, v, (1 + coord.abs()) * 1e19, grid)
     assert enc.attention(q, k, v, torch.full_like(coord, 2.0 ** 60), grid).isfinite().all()
+    half = coord.half()                              # float16 rounds 2^60 to inf: its inf is still refused
+    half[0, 1, 2] = float("inf")
+    with pytest.raises(ValueError, match="got 1 non-finite values"):
+        enc.attention(q, k, v, half, grid)
 
 
 def test_width_variant():

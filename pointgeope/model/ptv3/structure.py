@@ -52,7 +52,7 @@ def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor
         raise ValueError(f"expected coord of shape (N, 3) float, got {tuple(coord.shape)} {coord.dtype}")
     if n == 0:
         raise ValueError("expected at least one point, got coord of shape (0, 3)")
-    outside = int((~((coord >= -COORD_LIMIT) & (coord <= COORD_LIMIT))).sum())   # one read: NaN compares False
+    outside = int((~(torch.isfinite(coord) & (coord.abs() <= COORD_LIMIT))).sum())   # one read (float16: 2^60 is inf)
     bad = int((~torch.isfinite(coord)).sum()) if outside else 0
     if bad:
         raise ValueError(f"expected finite coord, got {bad} non-finite values (NaN or inf) in {tuple(coord.shape)}")
