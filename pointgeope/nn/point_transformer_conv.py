@@ -255,9 +255,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
     def _check_dtypes(self, name: str, pos: Tensor, x_name: str, rows: OptTensor) -> None:
         """Features in the layer's dtype, and positions too where they enter a linear `pos_nn` (the default): torch's
         "mat1 and mat2 must have the same dtype" named neither (`check_model_dtype`: autocast's casts are taken)."""
-        weight = self.lin.weight
-        if isinstance(weight, torch.nn.parameter.UninitializedParameter):     # in_channels=-1, before the first call
-            return
+        weight = self.lin.weight             # in_channels=-1: uninitialised until the first call, in this dtype
         if rows is not None:
             check_model_dtype(x_name, rows, weight.dtype)
         if isinstance(self.pos_nn, (Linear, torch.nn.Linear)):

@@ -50,6 +50,8 @@ def test_features_and_linear_delta_positions_of_another_dtype_are_refused_by_nam
             conv(x.float(), pos, edge_index)
     with pytest.raises(TypeError, match=r"expected x\[1\] in the model's dtype torch.float32, got torch.float16"):
         conv((x.float(), x[:3].half()), (pos.float(), pos[:3].float()), edge_index[:, edge_index[1] < 3])
+    with pytest.raises(TypeError, match=r"expected x in the model's dtype torch.float32, got torch.float64"):
+        GeoPEPointTransformerConv(-1, 6, pe=pe)(x, pos.float(), edge_index)    # lazy: before its first call
 
 
 @pytest.mark.parametrize("shape", [(6,), (3, 4), (2, 3, 1)])
