@@ -303,11 +303,13 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         super()._save_to_state_dict(destination, prefix, keep_vars)
         for name, value in self.settings().items():
             destination[prefix + name] = torch.tensor(value, dtype=torch.float64)
+        if self.settings():    # and the encoding's name, its bytes (rpe's and none's state_dict stays PyG's)
+            destination[prefix + "pe"] = torch.tensor(list(self.pe_name.encode()), dtype=torch.uint8)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        """Compare the saved settings with this layer's (a difference is an error, strict or not), then load
-        the parameters as PyG does."""
+        """Compare the saved settings and encoding with this layer's (a difference is an error, strict or not; a
+        checkpoint from before the encoding was saved has none), then load the parameters as PyG does."""
         settings = self.settings()
         for name in _SETTINGS:
             key = prefix + name
@@ -323,6 +325,12 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             if saved != settings[name]:
                 error_msgs.append(f"{key}: the checkpoint was saved with {name}={saved!r}, this layer has "
                                   f"{name}={settings[name]!r}; build it with {name}={saved!r} to load it")
+        saved_pe = state_dict.pop(prefix + "pe", None)              # geope's loaded into lingeope, rope3d, ape
+        if saved_pe is not None and not settings:
+            unexpected_keys.append(prefix + "pe")
+        elif saved_pe is not None and (pe := bytes(saved_pe.tolist()).decode()) != self.pe_name:
+            error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe!r}, this layer has pe="
+                              f"{self.pe_name!r}; build it with pe={pe!r} to load it")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 
