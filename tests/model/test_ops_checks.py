@@ -123,6 +123,16 @@ def test_complex_and_bool_coordinates_are_refused_by_name_in_every_op(dtype):
             call()
 
 
+def test_interpolate_from_refuses_neighbours_and_distances_of_other_shapes():
+    """``idx (1, 3)`` with ``dist2 (2, 3)`` broadcast into 2 rows of the first target's neighbours, silently."""
+    feat, idx = torch.randn(5, 2), torch.tensor([[0, 1, 2]])
+    with pytest.raises(ValueError, match=r"expected source_feat \(N_s, C\), idx \(N_t, k\) and dist2 of idx's "
+                                         r"shape, got \(5, 2\), \(1, 3\) and \(2, 3\)"):
+        interpolate_from(feat, idx, torch.rand(2, 3))
+    with pytest.raises(ValueError, match=r"got \(5,\), \(1, 3\) and \(1, 3\)"):
+        interpolate_from(feat[:, 0], idx, torch.rand(1, 3))
+
+
 def test_the_torch_knn_searches_integer_and_half_coordinates_in_float32():
     """Integer coordinates raised torch's 'mean(): could not infer output dtype'; float16 coordinates a few
     thousand apart overflowed the float16 squared distances (65504) and gave every row wrong neighbours."""
