@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.fixed_tables import FixedTables
-from pointgeope.geope_checks import check_real, check_scale
+from pointgeope.geope_checks import check_coordinates, check_real, check_scale
 
 # check_real, check_scale (pointgeope.geope_checks) and FixedTables (pointgeope.fixed_tables) are importable
 # from here as well, where they were first defined.
@@ -338,12 +338,17 @@ class GeoPE(nn.Module):
         self.base, self.pos_scale = self.block_scale.base, self.block_scale.pos_scale
 
     def forward(self, x: Tensor, pos: Tensor, inverse: bool = False) -> Tensor:
-        """``R(t(pos)) x`` per block, or ``R(t(pos))^T x`` with ``inverse=True``."""
+        """``R(t(pos)) x`` per block, or ``R(t(pos))^T x`` with ``inverse=True``; ``pos`` finite and within
+        ``+-2^60`` (``check_coordinates``, one read: beyond ~1.8e19 float32's axis norm overflows to NaN)."""
+        check_coordinates("pos", pos)
         return apply_geope(x, pos, self._block_scales(x, pos), inverse)
 
     def relative(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, linear: bool = False) -> Tensor:
         """Take keys ``x_j`` into the frame of queries at ``pos_i``: standard ``R(t_i)^T R(t_j) x_j``, linear
-        ``R(t_j - t_i) x_j``. Shapes broadcast, e.g. ``x_j (N, k, C)``, ``pos_i (N, 1, A)``, ``pos_j (N, k, A)``."""
+        ``R(t_j - t_i) x_j``. Shapes broadcast, e.g. ``x_j (N, k, C)``, ``pos_i (N, 1, A)``, ``pos_j (N, k, A)``;
+        positions checked as ``forward``'s."""
+        check_coordinates("pos_i", pos_i)
+        check_coordinates("pos_j", pos_j)
         return relative_geope(x_j, pos_i, pos_j, self._block_scales(x_j, pos_j, pos_i), linear)
 
     def _block_scales(self, x: Tensor, pos: Tensor, *more_pos: Tensor) -> Tensor:
@@ -353,6 +358,12 @@ class GeoPE(nn.Module):
         for p in (pos, *more_pos):
             if p.shape[-1] != self.axes:
                 raise ValueError(f"expected pos of shape (..., {self.axes}), got {tuple(p.shape)}")
+        try:                                             # torch's own error named no argument
+            torch.broadcast_shapes(x.shape[:-1], *(p.shape[:-1] for p in (pos, *more_pos)))
+        except RuntimeError:
+            got = " and ".join(str(tuple(p.shape)) for p in (pos, *more_pos))
+            raise ValueError(f"expected positions whose leading dims broadcast against x's {tuple(x.shape[:-1])}, "
+                             f"got {got}") from None
         return self.block_scale(geometry_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
 
     def extra_repr(self) -> str:

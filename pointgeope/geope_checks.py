@@ -5,6 +5,9 @@
   complex one real.
 - :func:`check_scale`: a frequency base, a position scale, a grid size must be a finite number ``> 0``; a
   base ``<= 0`` gives NaN frequencies and a NaN or infinite scale NaN phases, without a word.
+- :func:`check_coordinates` (and :func:`check_finite`): positions and the point ops' coordinates finite and
+  within ``+-COORD_LIMIT``; here, below the model, so that the operator's ``GeoPE`` module checks its positions
+  by the point ops' rule (:mod:`pointgeope.model.ops.checks` re-exports them for the ops and ``pointgeope.nn``).
 
 Each raises ``TypeError`` for a wrong type and ``ValueError`` for a wrong value, in one line that names the
 argument and says what was expected and what came.
@@ -18,7 +21,10 @@ from torch import Tensor
 
 from pointgeope.number_kind import is_real_scalar
 
-__all__ = ["check_real", "check_scale"]
+__all__ = ["check_real", "check_scale", "check_finite", "check_coordinates", "COORD_LIMIT"]
+
+# The largest |coordinate| the point ops take: 2^60 (about 1.15e18); check_coordinates says why.
+COORD_LIMIT = 2 ** 60
 
 
 def check_real(name: str, value: Tensor, integer: bool = False) -> None:
@@ -42,3 +48,62 @@ def check_scale(name: str, value, what: str = "") -> float:
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"expected {name} a finite number > 0{what}, got {number}")
     return number
+
+
+def check_finite(name: str, value: Tensor) -> None:
+    """Every entry of ``value`` finite (skipped while compiling or scripting: it reads the data). The message
+    counts the bad entries and shows the first bad row."""
+    if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta:   # meta: no data to read
+        return
+    bad = ~torch.isfinite(value)
+    if bool(bad.any()):
+        _refuse(name, value, bad)
+
+
+def check_coordinates(name: str, value: Tensor) -> None:
+    """Coordinates every point op can take: finite and ``|x| <= COORD_LIMIT = 2^60`` (about 1.15e18), in one
+    flag read on the host (skipped while compiling or scripting, as :func:`check_finite`).
+
+    Why ``2^60``: every backend rounds the coordinates to float32 (or keeps float64) and sums squared
+    differences, and float32's largest value is ``FLT_MAX = (2 - 2^-23) 2^127``. Within the limit a
+    difference is at most ``2^61`` (rounding is monotone and ``2^61`` is a float32), so the direct distance
+    ``(dx^2 + dy^2) + dz^2 <= 3 * 2^122`` of FPS and of the kNN kernels, and the Morton cube's side
+    ``hi - lo <= 2^61``, stay finite. The torch kNN sets the bound: its candidates come from
+    ``|q|^2 + |s|^2 - 2 q.s`` over coordinates centred on the support's mean (each at most ``2^61``), so
+    ``|q|^2, |s|^2 <= 3 * 2^122`` and ``|2 q.s| <= 6 * 2^122``, and no partial sum exceeds
+    ``12 * 2^122 = 1.5 * 2^125``, a factor 8 below ``FLT_MAX`` (at ``2^62`` it would reach ``1.5 * 2^129``
+    and overflow). Beyond the limit a backend answers with an index past the end, a point that is not its
+    own neighbour, or a crash. No real cloud comes near it (1e18 m is about 100 light years). Complex and bool
+    coordinates are a ``TypeError`` (:func:`check_real`: complex ones failed in ``torch.iinfo``).
+    """
+    check_real(name, value, integer=True)           # a dtype, no value read: checked when compiling too
+    if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta:
+        return
+    if _dtype_max(value.dtype) <= COORD_LIMIT:      # float16, int32, ...: only NaN and inf can be wrong
+        if value.is_floating_point():
+            check_finite(name, value)
+        return
+    bad = ~((value >= -COORD_LIMIT) & (value <= COORD_LIMIT))          # NaN and +-inf compare False
+    if bool(bad.any()):
+        _refuse(name, value, bad)
+
+
+def _dtype_max(dtype: torch.dtype) -> float:
+    """The largest value of ``dtype`` (1 for bool)."""
+    if dtype.is_floating_point:
+        return torch.finfo(dtype).max
+    return 1 if dtype == torch.bool else torch.iinfo(dtype).max
+
+
+def _refuse(name: str, value: Tensor, bad: Tensor) -> None:
+    """The one-line ``ValueError`` for the entries ``bad`` (a mask like ``value``): its NaN and infinite
+    entries if it has any, else those beyond ``COORD_LIMIT``; counted, with the first bad row shown."""
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        bad = ~torch.isfinite(value)
+        want, what, todo = f"finite {name}", "NaN or infinite entries", ""
+    else:
+        want = f"{name} within +-2^60 (about 1.15e18: float32 squared distances overflow beyond)"
+        what, todo = "entries outside", "; recentre or rescale the coordinates"
+    row = int(bad.reshape(value.shape[0], -1).any(1).nonzero()[0]) if value.dim() else 0
+    shown = value[row].tolist() if value.dim() else value.item()
+    raise ValueError(f"expected {want}, got {int(bad.sum())} {what} (the first in row {row}: {shown}){todo}")

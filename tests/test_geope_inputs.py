@@ -114,3 +114,30 @@ def test_block_scale_takes_one_two_or_three_axes(axes):
         BlockScale(6, axes=axes)
     with pytest.raises(ValueError, match=rf"expected axes in \(1, 2, 3\), got {axes!r}"):
         GeoPE(6, axes=axes)
+
+
+def test_positions_that_do_not_broadcast_against_the_features_are_refused_by_name():
+    """``(B, L, A)`` positions for ``(B, H, L, C)`` features of ``H != B``: torch's "The size of tensor a (2) must
+    match the size of tensor b (3)" from inside the rotation, naming neither input."""
+    pe = GeoPE(6)
+    x, pos = torch.randn(2, 3, 5, 6), torch.randn(2, 5, 3)
+    with pytest.raises(ValueError, match=r"expected positions whose leading dims broadcast against x's \(2, 3, 5\), "
+                                         r"got \(2, 5, 3\)"):
+        pe(x, pos)
+    with pytest.raises(ValueError, match=r"got \(2, 5, 3\) and \(5, 1, 3\)"):
+        pe.relative(x, torch.randn(5, 1, 3), pos)
+    assert pe(x, pos[:, None]).shape == x.shape                  # (B, 1, L, A): the documented broadcast
+
+
+def test_the_module_refuses_positions_the_point_ops_refuse():
+    """NaN, inf, or finite positions beyond ~1.8e19 (float32's axis norm overflows) came back as NaN features
+    without a word; the module holds its positions to the point ops' rule (finite, within +-2^60)."""
+    pe, x = GeoPE(6), torch.randn(4, 2, 6)
+    pos = torch.rand(4, 2, 3)
+    with pytest.raises(ValueError, match=r"expected finite pos, got 1 NaN or infinite entries \(the first in row 2"):
+        pe(x, pos.index_put((torch.tensor(2), torch.tensor(1), torch.tensor(0)), torch.tensor(float("nan"))))
+    with pytest.raises(ValueError, match=r"expected pos_j within \+-2\^60 .* got 24 entries outside"):
+        pe.relative(x, pos[:, :1], (1 + pos) * 1e29)
+    with pytest.raises(ValueError, match=r"expected pos_i within \+-2\^60"):
+        pe.relative(x, (1 + pos[:, :1]) * 1e29, pos, linear=True)
+    assert pe(x, torch.full_like(pos, 2.0 ** 60)).isfinite().all()          # the limit itself is taken

@@ -26,6 +26,7 @@ Channels past the rotated ones pass through (``D mod 3`` for GeoPE, ``D mod 6`` 
 """
 from __future__ import annotations
 
+import numbers
 import typing
 from collections.abc import Callable
 from typing import Literal
@@ -37,6 +38,7 @@ from torch import Tensor, nn
 from pointgeope.geope import BlockScale, apply_geope
 from pointgeope.geope_checks import check_scale
 from pointgeope.model.coord_augment import UTONIA_AUGMENT, CoordAugment
+from pointgeope.model.ops.checks import COORD_LIMIT
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table
@@ -82,9 +84,7 @@ class QKEncoding(nn.Module):
 
     def __init__(self, head_dim: int, augment: CoordAugment | None = None, check_finite: bool = True):
         super().__init__()
-        if head_dim < self.min_head_dim:
-            raise ValueError(f"expected head_dim >= {self.min_head_dim} for {self.name}, got {head_dim}")
-        self.head_dim, self.augment, self.check_finite = head_dim, augment, check_finite
+        self.head_dim, self.augment, self.check_finite = _width(self, head_dim), augment, check_finite
 
     def forward(self, q: Tensor, k: Tensor, coord: Tensor | None, grid: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``(q, k)`` turned by the positions (``coord`` or ``grid``), shapes and dtypes kept."""
@@ -119,6 +119,16 @@ class QKEncoding(nn.Module):
         return f"head_dim={self.head_dim}, augment={self.augment}"
 
 
+def _width(encoding: QKEncoding, head_dim) -> int:
+    """``head_dim`` as an int ``>= encoding.min_head_dim`` (``TypeError`` for a float or a bool: a width of 16.0
+    failed inside ``range``, or was taken by GeoPE's blocks)."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral):
+        raise TypeError(f"expected head_dim an int for {encoding.name}, got {head_dim!r} ({type(head_dim).__name__})")
+    if head_dim < encoding.min_head_dim:
+        raise ValueError(f"expected head_dim >= {encoding.min_head_dim} for {encoding.name}, got {head_dim}")
+    return int(head_dim)
+
+
 def _check_pair(q: Tensor, k: Tensor, head_dim: int) -> None:
     for label, t in (("q", q), ("k", k)):
         if not isinstance(t, Tensor) or not t.is_floating_point():
@@ -141,10 +151,14 @@ def _check_positions(name: str, pos: Tensor | None, q: Tensor, check_finite: boo
         raise ValueError(f"expected {name} on q's device {q.device}, got {pos.device}")
     if name == "coord" and not pos.is_floating_point():
         raise TypeError(f"expected coord a floating-point tensor (metres), got {pos.dtype}")
-    if check_finite and pos.is_floating_point():
-        bad = int((~torch.isfinite(pos)).sum())
+    if check_finite and pos.is_floating_point():   # one read: NaN, inf, or beyond the point ops' +-2^60, where
+        outside = int((~(torch.isfinite(pos) & (pos.abs() <= COORD_LIMIT))).sum())   # GeoPE's axis norm overflows
+        bad = int((~torch.isfinite(pos)).sum()) if outside else 0
         if bad:
             raise ValueError(f"expected finite {name}, got {bad} non-finite values (NaN or inf) in {tuple(pos.shape)}")
+        if outside:
+            raise ValueError(f"expected {name} within +-2^60 (as the point ops take them), got {outside} values "
+                             f"outside in {tuple(pos.shape)}: recentre or rescale the coordinates")
 
 
 class GeoPEQK(QKEncoding):
@@ -244,7 +258,7 @@ class AxialRoPEQK(_HalfRotary):
 
     def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE, learnable: bool = False,
                  augment: CoordAugment | None = None, check_finite: bool = True):
-        pairs = range(3 * (head_dim // 6))
+        pairs = range(3 * (_width(self, head_dim) // 6))
         super().__init__(head_dim, [2 * p for p in pairs], [2 * p + 1 for p in pairs], augment, check_finite)
         self.block_scale = BlockScale(head_dim, base=base, pos_scale=pos_scale, axes=3, learnable=learnable)
 
@@ -270,8 +284,8 @@ class Point3DRoPEQK(_HalfRotary):
 
     def __init__(self, head_dim: int, base: float = POINT3DROPE_BASE, pos_scale: float = 1.0,
                  augment: CoordAugment | None = UTONIA_AUGMENT, check_finite: bool = True):
-        super().__init__(head_dim, *_thirds(head_dim), augment, check_finite)
-        self.base, self.pos_scale = base, check_scale("pos_scale", pos_scale)
+        super().__init__(head_dim, *_thirds(_width(self, head_dim)), augment, check_finite)
+        self.base, self.pos_scale = check_scale("base", base), check_scale("pos_scale", pos_scale)
 
     def angles(self, pos: Tensor) -> Tensor:
         return self.third_angles(pos * self.pos_scale, self.base)
@@ -287,8 +301,8 @@ class PointRoPEQK(_HalfRotary):
     name, uses_grid = "pointrope", True
 
     def __init__(self, head_dim: int, base: float = POINTROPE_BASE, check_finite: bool = True):
-        super().__init__(head_dim, *_thirds(head_dim), None, check_finite)
-        self.base = base
+        super().__init__(head_dim, *_thirds(_width(self, head_dim)), None, check_finite)
+        self.base = check_scale("base", base)     # 0, < 0 or NaN: NaN angles without a word
 
     def angles(self, pos: Tensor) -> Tensor:
         return self.third_angles(pos, self.base)

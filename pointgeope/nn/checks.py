@@ -16,6 +16,7 @@ from torch import Tensor
 from pointgeope.geope_checks import check_real, check_scale  # the owners of the rules for features and scales
 from pointgeope.model.ops.checks import (  # the point ops'
     COORD_LIMIT,
+    _dtype_max,
     _refuse,
     check_coordinates,
     check_count,
@@ -41,8 +42,8 @@ def check_positions(name: str, value: Tensor, phase_scale: float | Tensor) -> No
     if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta or not value.numel():
         return
     v = value.detach()
-    half = v.dtype in (torch.float16, torch.bfloat16)   # within 2^60 by their range: only NaN and inf are wrong
-    bad = ~torch.isfinite(v) if half else ~((v >= -COORD_LIMIT) & (v <= COORD_LIMIT))   # NaN compares False
+    narrow = _dtype_max(v.dtype) <= COORD_LIMIT   # float16 (not bfloat16: float32's range): only NaN and inf wrong
+    bad = ~torch.isfinite(v) if narrow else ~((v >= -COORD_LIMIT) & (v <= COORD_LIMIT))   # NaN compares False
     scale = phase_scale.detach().abs().amax().to(v.device, torch.float32) if isinstance(phase_scale, Tensor) \
         else torch.tensor(abs(float(phase_scale)), dtype=torch.float32, device=v.device)
     top = torch.where(bad, torch.zeros_like(v), v.abs()).amax().to(torch.float32)

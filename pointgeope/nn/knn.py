@@ -5,8 +5,9 @@ the backends of `pointgeope.model.ops.knn` (pykdtree, else scipy, else a pure-to
 Triton on CUDA), returning the same graph: every point `i` receives an edge from each of its `k` nearest points
 `j` of the same example. Every backend is exact and they agree where distances tie: the torch, Triton,
 pykdtree and scipy backends all rank by the float32 squared distance `((dx^2 + dy^2) + dz^2)` (float64
-positions kept in float64) and of points at the same distance take the smaller index, the `k`-th included
-(`pointgeope.model.ops.knn_ties` re-ranks the trees' candidates), so they give the same graph bit for bit;
+positions kept in float64, but by Triton rounded to float32) and of points at the same distance take the smaller
+index, the `k`-th included (`pointgeope.model.ops.knn_ties` re-ranks the trees' candidates), so they give the
+same graph bit for bit (float64 positions: where their float32 rounding changes no order);
 PyG's own kNN (torch-cluster) takes tied points in any order::
 
     # edge_index: [ j_00 j_01 ... j_0(k-1) | j_10 ... | ... ]   row 0: sources (neighbours)

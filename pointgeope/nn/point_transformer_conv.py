@@ -15,6 +15,7 @@ from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 from pointgeope.geope import apply_geope, relative_geope
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention import MixedInit, PositionalEncoding, pair_frequencies, position_scales
+from pointgeope.model.ops.checks import check_model_dtype
 from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
@@ -153,6 +154,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                 value, value_nodes = None, value
         if self.add_self_loops:                                      # PyG's: the graph's own removed, one a node
             if isinstance(edge_index, Tensor):                       # (inline as PyG's, not a helper: a helper's
+                _check_edge_index(edge_index)                        # (shape only; PyG's own check comes later)
                 num_nodes = min(pos[0].size(0), pos[1].size(0))      # data-dependent nonzero is a second graph
                 edge_index, _ = remove_self_loops(edge_index)        # break under torch.compile)
                 edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
@@ -245,9 +247,19 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             if rows is not None and rows.shape[0] != p.shape[0]:
                 raise ValueError(f"expected {x_name} and {name} with one row a node, got {x_name} of "
                                  f"{rows.shape[0]} rows and {name} of {p.shape[0]}")
+            self._check_dtypes(name, p, x_name, rows)
             turned = "geope" in (self.pe.rotation, self.pe.value_rotation)   # absolute phases: said beyond float32
             (check_positions(name, p, self.block_scale(torch.float32, p.device) if turned else 0.0)
              if self.pe.uses_positions else check_finite(name, p))
+
+    def _check_dtypes(self, name: str, pos: Tensor, x_name: str, rows: OptTensor) -> None:
+        """Features in the layer's dtype, and positions too where they enter a linear `pos_nn` (the default): torch's
+        "mat1 and mat2 must have the same dtype" named neither (`check_model_dtype`: autocast's casts are taken)."""
+        weight = self.lin.weight             # in_channels=-1: uninitialised until the first call, in this dtype
+        if rows is not None:
+            check_model_dtype(x_name, rows, weight.dtype)
+        if isinstance(self.pos_nn, (Linear, torch.nn.Linear)):
+            check_model_dtype(name, pos, weight.dtype)
 
     def _in_source_frame(self, x: Tensor, pos: Tensor, rotation: str | None) -> Tensor:
         """``R(t_j) x_j`` of every source node, ``x (N_s, C)``, ``pos (N_s, A)``, for standard GeoPE (the half
@@ -291,11 +303,13 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         super()._save_to_state_dict(destination, prefix, keep_vars)
         for name, value in self.settings().items():
             destination[prefix + name] = torch.tensor(value, dtype=torch.float64)
+        if self.settings():    # and the encoding's name, its bytes (rpe's and none's state_dict stays PyG's)
+            destination[prefix + "pe"] = torch.tensor(list(self.pe_name.encode()), dtype=torch.uint8)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        """Compare the saved settings with this layer's (a difference is an error, strict or not), then load
-        the parameters as PyG does."""
+        """Compare the saved settings and encoding with this layer's (a difference is an error, strict or not; a
+        checkpoint from before the encoding was saved has none), then load the parameters as PyG does."""
         settings = self.settings()
         for name in _SETTINGS:
             key = prefix + name
@@ -311,6 +325,12 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             if saved != settings[name]:
                 error_msgs.append(f"{key}: the checkpoint was saved with {name}={saved!r}, this layer has "
                                   f"{name}={settings[name]!r}; build it with {name}={saved!r} to load it")
+        saved_pe = state_dict.pop(prefix + "pe", None)              # geope's loaded into lingeope, rope3d, ape
+        if saved_pe is not None and not settings:
+            unexpected_keys.append(prefix + "pe")
+        elif saved_pe is not None and (pe := bytes(saved_pe.tolist()).decode()) != self.pe_name:
+            error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe!r}, this layer has pe="
+                              f"{self.pe_name!r}; build it with pe={pe!r} to load it")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 
@@ -351,6 +371,13 @@ class _ZeroDelta(torch.nn.Module):
 
     def forward(self, diff: Tensor) -> Tensor:
         return diff.new_zeros(diff.shape[0], self.channels)
+
+
+def _check_edge_index(edge_index: Tensor) -> None:
+    """`(2, E)` (a dense one), as PyG's `MessagePassing` checks it in `propagate`: the self-loops' handling failed
+    before it on another shape with torch's "Sizes of tensors must match", or flattened a `(2, E, 1)` silently."""
+    if edge_index.layout == torch.strided and (edge_index.dim() != 2 or edge_index.shape[0] != 2):  # not (N, N) sparse
+        raise ValueError(f"expected edge_index of shape (2, E), got {tuple(edge_index.shape)}")
 
 
 def _position_pair(pos) -> tuple:

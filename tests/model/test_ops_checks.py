@@ -110,6 +110,29 @@ def _distances(pts: torch.Tensor) -> torch.Tensor:
     return ((p[:, None] - p[None]) ** 2).sum(-1)
 
 
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.bool])
+def test_complex_and_bool_coordinates_are_refused_by_name_in_every_op(dtype):
+    """Complex coordinates failed in ``torch.iinfo`` ("requires an integer input type"), naming nothing; bool ones
+    (a mask passed for points) were searched as 0 and 1."""
+    points = torch.randn(6, 3).to(dtype) if dtype.is_complex else torch.rand(6, 3) > 0.5
+    calls = {"query": lambda: knn(points, points, 2, [6], [6]), "points": lambda: fps(points, [6], 2),
+             "source_points": lambda: interpolate(points, points, torch.randn(6, 2), [6], [6]),
+             "coord": lambda: HierarchySpec((1, 2), (2, 2))(points, [6])}
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=rf"expected {name} a floating-point or integer tensor, got dtype {dtype}"):
+            call()
+
+
+def test_interpolate_from_refuses_neighbours_and_distances_of_other_shapes():
+    """``idx (1, 3)`` with ``dist2 (2, 3)`` broadcast into 2 rows of the first target's neighbours, silently."""
+    feat, idx = torch.randn(5, 2), torch.tensor([[0, 1, 2]])
+    with pytest.raises(ValueError, match=r"expected source_feat \(N_s, C\), idx \(N_t, k\) and dist2 of idx's "
+                                         r"shape, got \(5, 2\), \(1, 3\) and \(2, 3\)"):
+        interpolate_from(feat, idx, torch.rand(2, 3))
+    with pytest.raises(ValueError, match=r"got \(5,\), \(1, 3\) and \(1, 3\)"):
+        interpolate_from(feat[:, 0], idx, torch.rand(1, 3))
+
+
 def test_the_torch_knn_searches_integer_and_half_coordinates_in_float32():
     """Integer coordinates raised torch's 'mean(): could not infer output dtype'; float16 coordinates a few
     thousand apart overflowed the float16 squared distances (65504) and gave every row wrong neighbours."""

@@ -225,6 +225,37 @@ def test_head_width_too_small_and_unknown_names():
         qk_encoding("lingeope", 18)(*inputs()[:2], inputs()[3])
 
 
+@pytest.mark.parametrize("name", ["point3drope", "pointrope"])
+@pytest.mark.parametrize("base", [0.0, -100.0, float("nan"), float("inf")])
+def test_a_rotary_base_not_finite_and_positive_is_refused(name, base):
+    """base^(-q/Q) of a base of 0, < 0 or NaN is inf or NaN: every angle NaN, the queries NaN without a word."""
+    with pytest.raises(ValueError, match=f"expected base a finite number > 0, got {base}"):
+        qk_encoding(name, ROTARY_HEAD_DIM, base=base)
+
+
+@pytest.mark.parametrize("name", QK_ENCODINGS)
+def test_a_head_width_not_an_int_is_refused_by_name(name):
+    """16.0 failed inside ``range`` ("'float' object cannot be interpreted as an integer"), or GeoPE took it."""
+    for width in (18.0, True):
+        with pytest.raises(TypeError, match=f"expected head_dim an int for {name}, got {width!r}"):
+            qk_encoding(name, width)
+
+
+@pytest.mark.parametrize("name", ["geope", "lingeope"])
+def test_coordinates_beyond_the_point_ops_limit_are_refused(name):
+    """Finite coordinates of 1e19 overflowed GeoPE's float32 axis norm: NaN attention without a word. Refused
+    beyond +-2^60 as the point ops refuse them; the limit itself is taken."""
+    q, k, v, coord, grid = inputs(dtype=torch.float32)
+    enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
+    with pytest.raises(ValueError, match=r"expected coord within \+-2\^60 .*, got 66 values outside"):
+        enc.attention(q, k, v, (1 + coord.abs()) * 1e19, grid)
+    assert enc.attention(q, k, v, torch.full_like(coord, 2.0 ** 60), grid).isfinite().all()
+    half = coord.half()                              # float16 rounds 2^60 to inf: its inf is still refused
+    half[0, 1, 2] = float("inf")
+    with pytest.raises(ValueError, match="got 1 non-finite values"):
+        enc.attention(q, k, v, half, grid)
+
+
 def test_width_variant():
     assert rotary_channels((2, 4, 8, 16, 32)) == (36, 72, 144, 288, 576)
     assert rotary_channels((3, 6), head_dim=16) == (48, 96)

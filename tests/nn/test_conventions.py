@@ -59,6 +59,29 @@ def test_a_checkpoint_of_other_settings_refuses_to_load_naming_them(pe, name, ot
         assert not torch.allclose(other_layer(x, pos, edge_index), saved(x, pos, edge_index))
 
 
+@pytest.mark.parametrize("saved_pe,other", [("geope", "lingeope"), ("geope", "rope3d"), ("geope", "geope+rpe"),
+                                             ("ape", "geope"), ("rope3d", "lingeope+rpe")])
+def test_a_checkpoint_of_another_encoding_refuses_to_load_naming_it(saved_pe, other):
+    """The same parameters and the same saved pos_scale and base: a geope layer's checkpoint loaded into a lingeope,
+    rope3d or ape layer without a word and gave other outputs. A checkpoint without the name (saved before it was
+    kept) still loads."""
+    torch.manual_seed(0)
+    saved = GeoPEPointTransformerConv(4, 12, pe=saved_pe)
+    state = roundtrip(saved.state_dict())
+    assert bytes(state["pe"].tolist()).decode() == saved_pe
+    other_layer = GeoPEPointTransformerConv(4, 12, pe=other)
+    with pytest.raises(RuntimeError, match=rf"pe: the checkpoint was saved with pe='{re.escape(saved_pe)}', this "
+                                           rf"layer has pe='{re.escape(other)}'; build it with pe="):
+        other_layer.load_state_dict(state, strict=False)
+    same = GeoPEPointTransformerConv(4, 12, pe=saved_pe)
+    same.load_state_dict(state)
+    x, pos, edge_index = graph()
+    with torch.no_grad():
+        assert torch.equal(same(x, pos, edge_index), saved(x, pos, edge_index))
+    older = {k: v for k, v in state.items() if k != "pe"}
+    GeoPEPointTransformerConv(4, 12, pe=saved_pe).load_state_dict(older)
+
+
 def test_pygs_checkpoint_loads_into_rpe_and_not_into_geope():
     torch.manual_seed(0)
     pyg = PointTransformerConv(4, 12)

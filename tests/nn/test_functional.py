@@ -200,6 +200,15 @@ def test_positions_beyond_the_point_ops_limit_are_refused_by_name():
     assert all(t.isfinite().all() for t in geope_qk(q, q, edge))
 
 
+def test_bfloat16_positions_beyond_the_limit_are_refused_as_float32_ones():
+    """bfloat16 has float32's range (float16's ends at 65504): positions of 1e25 passed the NaN-only check
+    of half dtypes and came back as NaN queries without a word. They are refused like float32 ones."""
+    q, pos = torch.randn(6, 6, dtype=torch.bfloat16), torch.rand(6, 3)
+    with pytest.raises(ValueError, match=r"expected pos_q within \+-2\^60 .* got 18 entries outside"):
+        geope_qk(q, q, ((1 + pos) * 1e25).bfloat16())
+    assert all(t.isfinite().all() for t in geope_qk(q, q, (pos * 10).bfloat16()))   # within it: taken
+
+
 def test_default_key_positions_of_another_length_name_pos_k_missing():
     """`pos_k` defaults to `pos_q`: with more keys than queries the message named a `pos_k` the user never
     passed, and the query length as the shape it wanted."""

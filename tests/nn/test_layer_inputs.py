@@ -4,6 +4,8 @@ PyG line, the imports of ``pointgeope.nn``, sparse adjacency, and which rotation
 PyG's layer and each preset's definition: test_point_transformer_conv.py."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -21,6 +23,44 @@ def test_positions_beyond_the_point_ops_limit_are_refused_where_encoded(pe):
     with pytest.raises(ValueError, match=r"expected pos within \+-2\^60 .* got 27 entries outside"):
         conv(x, (1 + pos) * 1e20, edge_index)
     assert make_conv("rpe")(x, (1 + pos) * 1e20, edge_index).isfinite().all()
+
+
+@pytest.mark.parametrize("pe", ["geope", "lingeope"])
+def test_bfloat16_positions_beyond_the_limit_are_refused(pe):
+    """bfloat16 positions (float32's range) beyond 2^60 gave NaN outputs; refused as float32 ones are."""
+    x, pos, edge_index = graph(n=9, k=4)
+    conv = make_conv(pe).bfloat16()
+    with pytest.raises(ValueError, match=r"expected pos within \+-2\^60 .* got 27 entries outside"):
+        conv(x.bfloat16(), ((1 + pos) * 1e25).bfloat16(), edge_index)
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope", "none"])
+def test_features_and_linear_delta_positions_of_another_dtype_are_refused_by_name(pe):
+    """A float64 cloud (NumPy's) into a float32 layer failed in torch's matmul, "mat1 and mat2 must have the same
+    dtype", naming neither input. Positions are held to the layer's dtype where they enter its default linear
+    `pos_nn` (`none` has none: there they only pick neighbours)."""
+    x, pos, edge_index = graph(n=9, k=4)
+    conv = GeoPEPointTransformerConv(4, 6, pe=pe)
+    with pytest.raises(TypeError, match=r"expected x in the model's dtype torch.float32, got torch.float64"):
+        conv(x, pos.float(), edge_index)
+    if pe == "none":
+        assert conv(x.float(), pos, edge_index).dtype == torch.float32
+    else:
+        with pytest.raises(TypeError, match=r"expected pos in the model's dtype torch.float32, got torch.float64"):
+            conv(x.float(), pos, edge_index)
+    with pytest.raises(TypeError, match=r"expected x\[1\] in the model's dtype torch.float32, got torch.float16"):
+        conv((x.float(), x[:3].half()), (pos.float(), pos[:3].float()), edge_index[:, edge_index[1] < 3])
+    with pytest.raises(TypeError, match=r"expected x in the model's dtype torch.float32, got torch.float64"):
+        GeoPEPointTransformerConv(-1, 6, pe=pe)(x, pos.float(), edge_index)    # lazy: before its first call
+
+
+@pytest.mark.parametrize("shape", [(6,), (3, 4), (2, 3, 1)])
+def test_an_edge_index_not_of_shape_two_by_e_is_refused_before_the_self_loops(shape):
+    """The self-loops' handling ran before PyG's own check: torch's "Sizes of tensors must match" for (6,) and
+    (3, 4), and a (2, 3, 1) flattened into edges without a word."""
+    x, pos, _ = graph(n=9, k=4)
+    with pytest.raises(ValueError, match=rf"expected edge_index of shape \(2, E\), got {re.escape(str(shape))}"):
+        make_conv("geope")(x, pos, torch.zeros(shape, dtype=torch.long))
 
 
 @pytest.mark.parametrize("pe", ["geope", "geope+rpe", "lingeope", "rope3d"])

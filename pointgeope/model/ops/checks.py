@@ -1,7 +1,9 @@
 """The argument checks shared by the point ops (``knn``, ``fps``, ``interpolate``, ``HierarchySpec``) and by
 :mod:`pointgeope.nn`: one line saying what was expected and what came, naming the argument (``TypeError``
 for a wrong type, ``ValueError`` for a wrong value). The one owner of these checks: ``pointgeope.nn`` sits
-above the model and uses them from here; the model never imports ``pointgeope.nn``.
+above the model and uses them from here; the model never imports ``pointgeope.nn``. The coordinates' checks
+(``check_coordinates``, ``check_finite``, ``COORD_LIMIT``) are :mod:`pointgeope.geope_checks`'s, re-exported here:
+the ``GeoPE`` module below the model checks its positions with them.
 
 Coordinates are checked where they enter, before any backend sees them: a NaN or an infinity has no
 nearest neighbour and no farthest point, and each backend would fail its own way (an out-of-range index,
@@ -18,10 +20,9 @@ import operator
 import torch
 from torch import Tensor
 
-__all__ = ["check_count", "check_finite", "check_coordinates", "check_model_dtype", "check_values", "COORD_LIMIT"]
+from pointgeope.geope_checks import COORD_LIMIT, _dtype_max, _refuse, check_coordinates, check_finite  # noqa: F401
 
-# The largest |coordinate| the point ops take: 2^60 (about 1.15e18); check_coordinates says why.
-COORD_LIMIT = 2 ** 60
+__all__ = ["check_count", "check_finite", "check_coordinates", "check_model_dtype", "check_values", "COORD_LIMIT"]
 
 
 def check_count(name: str, value, minimum: int = 1) -> int:
@@ -71,60 +72,3 @@ def check_values(op: str, **tensors: Tensor) -> None:
         got = "a meta tensor" if len(meta) == 1 else "meta tensors"
         raise ValueError(f"expected {', '.join(meta)} with values, got {got} (a shape without data): {op} picks "
                          "points by their coordinates; give tensors on a real device (cpu, cuda)")
-
-
-def check_finite(name: str, value: Tensor) -> None:
-    """Every entry of ``value`` finite (skipped while compiling or scripting: it reads the data). The message
-    counts the bad entries and shows the first bad row."""
-    if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta:   # meta: no data to read
-        return
-    bad = ~torch.isfinite(value)
-    if bool(bad.any()):
-        _refuse(name, value, bad)
-
-
-def check_coordinates(name: str, value: Tensor) -> None:
-    """Coordinates every point op can take: finite and ``|x| <= COORD_LIMIT = 2^60`` (about 1.15e18), in one
-    flag read on the host (skipped while compiling or scripting, as :func:`check_finite`).
-
-    Why ``2^60``: every backend rounds the coordinates to float32 (or keeps float64) and sums squared
-    differences, and float32's largest value is ``FLT_MAX = (2 - 2^-23) 2^127``. Within the limit a
-    difference is at most ``2^61`` (rounding is monotone and ``2^61`` is a float32), so the direct distance
-    ``(dx^2 + dy^2) + dz^2 <= 3 * 2^122`` of FPS and of the kNN kernels, and the Morton cube's side
-    ``hi - lo <= 2^61``, stay finite. The torch kNN sets the bound: its candidates come from
-    ``|q|^2 + |s|^2 - 2 q.s`` over coordinates centred on the support's mean (each at most ``2^61``), so
-    ``|q|^2, |s|^2 <= 3 * 2^122`` and ``|2 q.s| <= 6 * 2^122``, and no partial sum exceeds
-    ``12 * 2^122 = 1.5 * 2^125``, a factor 8 below ``FLT_MAX`` (at ``2^62`` it would reach ``1.5 * 2^129``
-    and overflow). Beyond the limit a backend answers with an index past the end, a point that is not its
-    own neighbour, or a crash. No real cloud comes near it (1e18 m is about 100 light years).
-    """
-    if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta:
-        return
-    if _dtype_max(value.dtype) <= COORD_LIMIT:      # float16, int32, ...: only NaN and inf can be wrong
-        if value.is_floating_point():
-            check_finite(name, value)
-        return
-    bad = ~((value >= -COORD_LIMIT) & (value <= COORD_LIMIT))          # NaN and +-inf compare False
-    if bool(bad.any()):
-        _refuse(name, value, bad)
-
-
-def _dtype_max(dtype: torch.dtype) -> float:
-    """The largest value of ``dtype`` (1 for bool)."""
-    if dtype.is_floating_point:
-        return torch.finfo(dtype).max
-    return 1 if dtype == torch.bool else torch.iinfo(dtype).max
-
-
-def _refuse(name: str, value: Tensor, bad: Tensor) -> None:
-    """The one-line ``ValueError`` for the entries ``bad`` (a mask like ``value``): its NaN and infinite
-    entries if it has any, else those beyond ``COORD_LIMIT``; counted, with the first bad row shown."""
-    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-        bad = ~torch.isfinite(value)
-        want, what, todo = f"finite {name}", "NaN or infinite entries", ""
-    else:
-        want = f"{name} within +-2^60 (about 1.15e18: float32 squared distances overflow beyond)"
-        what, todo = "entries outside", "; recentre or rescale the coordinates"
-    row = int(bad.reshape(value.shape[0], -1).any(1).nonzero()[0]) if value.dim() else 0
-    shown = value[row].tolist() if value.dim() else value.item()
-    raise ValueError(f"expected {want}, got {int(bad.sum())} {what} (the first in row {row}: {shown}){todo}")

@@ -45,7 +45,12 @@ def interpolate(source_points: Tensor, target_points: Tensor, source_feat: Tenso
 
 def interpolate_from(source_feat: Tensor, idx: Tensor, dist2: Tensor) -> Tensor:
     """The interpolation with given neighbours: ``idx (N_t, k)`` rows of ``source_feat (N_s, C)`` and their
-    squared distances ``dist2 (N_t, k)`` (e.g. from a precomputed ``PointHierarchy``) -> ``(N_t, C)``."""
+    squared distances ``dist2 (N_t, k)`` (e.g. from a precomputed ``PointHierarchy``) -> ``(N_t, C)``. Shapes
+    that do not match are a ``ValueError`` (they broadcast: ``idx (1, k)`` with ``dist2 (N_t, k)`` gave ``N_t``
+    rows of the first target's neighbours); shapes only, nothing is read."""
+    if idx.dim() != 2 or dist2.shape != idx.shape or source_feat.dim() != 2:
+        raise ValueError(f"expected source_feat (N_s, C), idx (N_t, k) and dist2 of idx's shape, got "
+                         f"{tuple(source_feat.shape)}, {tuple(idx.shape)} and {tuple(dist2.shape)}")
     d2 = dist2.to(geometry_dtype(dist2.dtype))
     recip = 1.0 / (d2.clamp_min(0).sqrt() + EPS)                             # (N_t, k)
     weight = (recip / recip.sum(1, keepdim=True)).to(source_feat.dtype)

@@ -3,11 +3,12 @@
 For every query point ``i`` of cloud ``b`` the ``k`` points ``j`` of the support cloud ``b`` with the
 smallest squared distance ``|q_i - s_j|^2``, sorted by distance. Indices are global rows of the packed
 support tensor. Ties: the distance is the float32 ``((dx^2 + dy^2) + dz^2)``, each operation rounded on its
-own (float64 coordinates kept in float64), and ties in it go to the smaller row, at the ``k``-th distance too,
-so the result is unique: the ``triton`` backend (``triton_knn``, the CUDA default), the ``torch`` backend and
-the CPU trees (pykdtree, the CPU default, and scipy: their candidates re-ranked by ``knn_ties``) give it bit
-for bit, indices and distances, so a hierarchy built in the loader's workers equals the GPU's. torch-cluster
-alone breaks ties in any order.
+own (float64 coordinates kept in float64 on the CPU backends and ``torch``; the ``triton`` kernel rounds them to
+float32 first, so there float64 searches are float32 ones), and ties in it go to the smaller row, at the ``k``-th
+distance too, so the result is unique: the ``triton`` backend (``triton_knn``, the CUDA default), the ``torch``
+backend and the CPU trees (pykdtree, the CPU default, and scipy: their candidates re-ranked by ``knn_ties``) give
+it bit for bit for coordinates of every dtype but float64, indices and distances, so a hierarchy built in the
+loader's workers equals the GPU's. torch-cluster alone breaks ties in any order.
 
 **Small clouds.** When a support cloud holds ``n < k`` points, its ``n`` neighbours (sorted) are
 repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
@@ -71,9 +72,10 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances, both on the
         query's device, sorted by distance, with no gradient (coordinates that need one, e.g. predicted
         offsets, are read detached on every backend). Query and support of different dtypes are searched in
-        their promoted dtype (``torch.promote_types``) on every backend; ``dist2`` is float64 when that dtype is
-        float64 and float32 otherwise (``geope.geometry_dtype``): integer squared distances would wrap
-        (int32 coordinates 50 000 apart give ``-2^31``) and float16 ones overflow past 65504.
+        their promoted dtype (``torch.promote_types``) on every backend (``triton``: float64 rounded to float32);
+        ``dist2`` is float64 when that dtype is float64 and float32 otherwise (``geope.geometry_dtype``): integer
+        squared distances would wrap (int32 coordinates 50 000 apart give ``-2^31``) and float16 ones overflow
+        past 65504.
 
     Raises:
         ValueError / TypeError naming the argument: shapes, devices, ``k`` not an int ``>= 1``, non-finite

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pointgeope.model.ops.checks import COORD_LIMIT
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, offset_tensor
 from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_of, serialization_depth
 
@@ -41,18 +42,23 @@ def offsets_to_batch(offset: Tensor, rows: int) -> Tensor:
 
 
 def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor) -> None:
-    """Raise a ``ValueError`` naming the argument unless the shapes and dtypes agree: ``coord`` (N, 3) float and
-    finite, ``grid_coord`` (N, 3) integer >= 0, ``feat`` (N, C), ``offset`` (B,) integer, strictly increasing (no
-    empty cloud), ending at N >= 1. (The one finiteness check of the coordinates: every stage's are means of
-    these, so the attention's encodings need not check again, a synchronisation each on a GPU.)"""
+    """Raise a ``ValueError`` naming the argument unless the shapes and dtypes agree: ``coord`` (N, 3) float,
+    finite and within +-2^60, ``grid_coord`` (N, 3) integer >= 0, ``feat`` (N, C), ``offset`` (B,) integer,
+    strictly increasing (no empty cloud), ending at N >= 1. (The one finiteness check of the coordinates: every
+    stage's are means of these, so the attention's encodings need not check again, a synchronisation each on a
+    GPU.)"""
     n = coord.shape[0] if coord.dim() == 2 else -1
     if coord.dim() != 2 or coord.shape[1] != 3 or not coord.dtype.is_floating_point:
         raise ValueError(f"expected coord of shape (N, 3) float, got {tuple(coord.shape)} {coord.dtype}")
     if n == 0:
         raise ValueError("expected at least one point, got coord of shape (0, 3)")
-    bad = int((~torch.isfinite(coord)).sum())
+    outside = int((~(torch.isfinite(coord) & (coord.abs() <= COORD_LIMIT))).sum())   # one read (float16: 2^60 is inf)
+    bad = int((~torch.isfinite(coord)).sum()) if outside else 0
     if bad:
         raise ValueError(f"expected finite coord, got {bad} non-finite values (NaN or inf) in {tuple(coord.shape)}")
+    if outside:       # GeoPE's float32 axis norm overflows from ~1.8e19: NaN logits without a word
+        raise ValueError(f"expected coord within +-2^60 (as the point ops take them), got {outside} values outside "
+                         f"in {tuple(coord.shape)}: recentre or rescale the coordinates")
     if tuple(grid_coord.shape) != (n, 3) or grid_coord.dtype.is_floating_point:
         raise ValueError(f"expected grid_coord of shape ({n}, 3) integer, got {tuple(grid_coord.shape)} "
                          f"{grid_coord.dtype}")

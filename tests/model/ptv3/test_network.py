@@ -85,6 +85,14 @@ def test_bad_input_names_the_argument(model):
     nan[3, 1] = float("nan")
     with pytest.raises(ValueError, match="expected finite coord, got 1 non-finite"):
         run(model, **dict(data, coord=nan))
+    # finite coordinates of 1e19 overflowed GeoPE's float32 axis norm (NaN logits without a word): refused
+    # beyond +-2^60 as the point ops refuse them
+    with pytest.raises(ValueError, match=r"expected coord within \+-2\^60 .*, got 300 values outside"):
+        run(model, **dict(data, coord=(1 + data["coord"].abs()) * 1e19))
+    inf = data["coord"].half()                             # float16 rounds 2^60 to inf: its inf is still refused
+    inf[3, 1] = float("inf")
+    with pytest.raises(ValueError, match="expected finite coord, got 1 non-finite"):
+        run(model, **dict(data, coord=inf))
 
 
 
