@@ -96,11 +96,21 @@ class _Shifted(torch.autograd.Function):
         (tables,) = ctx.saved_tensors
         gx = gm = None
         if ctx.needs_input_grad[0]:
-            turned = _Shifted.apply(g, tables, None, not ctx.transpose)         # R^T g (R g): the adjoint
-            gx = turned.sum_to_size(ctx.x_shape).to(ctx.x_dtype)
+            gx = _adjoint(g, tables, not ctx.transpose).sum_to_size(ctx.x_shape).to(ctx.x_dtype)
         if ctx.minus is not None and ctx.needs_input_grad[2]:
             gm = (-g).sum_to_size(ctx.minus[0]).to(ctx.minus[1])
         return gx, None, gm, None
+
+
+def _adjoint(g: Tensor, tables: Tensor, transpose: bool) -> Tensor:
+    """``R^T g`` (``R g`` with ``transpose``) in a backward whose forward ran the kernel: the kernel again (a new
+    specialisation, ``TRANSPOSE`` flipped, compiled here), through the registered entry, so that a failure to
+    compile or launch falls back to torch's ops as the forward's would (``Kernel.dispatch``, ``decided``)."""
+    from pointgeope.model import rotation
+
+    entry = rotation.KERNEL
+    return entry.dispatch(g.device, lambda: _Shifted.apply(g, tables, None, transpose),
+                          lambda: entry.torch(g, tables, None, transpose, None), decided=True)
 
 
 def shifted(x: Tensor, tables: Tensor, minus: Tensor | None, transpose: bool, out: Tensor | None) -> Tensor:

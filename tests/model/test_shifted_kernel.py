@@ -173,3 +173,23 @@ def test_a_geope_layers_step_on_the_cuda_default_takes_the_kernel(interpreted_cp
     assert rotation.TABLES_KERNEL.ran == {"triton"}
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_backward_whose_kernel_fails_falls_back_to_torch(ran, monkeypatch):
+    """The backward compiles its own specialisation (``R^T``): where that fails (a compiler or driver error of
+    this device), one warning, the kernel off, and the gradient by torch's ops, as a forward's failure does."""
+    from pointgeope.model import shifted_kernel
+
+    _, _, tables, _, _, pairs = _inputs(8, torch.float64, n=6, k=3)
+    queries, launch = tables.unsqueeze(-2), shifted_kernel._launch
+
+    def launch_forward_only(x, tables, minus, transpose, out):
+        if transpose:
+            raise RuntimeError("PTXASError: ptxas fatal (this device)")
+        return launch(x, tables, minus, transpose, out)
+    monkeypatch.setattr(shifted_kernel, "_launch", launch_forward_only)
+    x, g = pairs.clone().requires_grad_(), torch.randn(pairs.shape, dtype=torch.float64)
+    with pytest.warns(kernels.KernelFallbackWarning, match="apply_shifted"):
+        apply_shifted(x, queries).backward(g)
+    torch.testing.assert_close(x.grad, rotation._shifted_torch(g, queries, None, True, None), rtol=0, atol=1e-12)
+    assert "apply_shifted" in kernels.failures() and ran == {"triton", "torch"}
