@@ -33,7 +33,8 @@ TABLE_R, TABLE_C = 16, 32
 
 def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -> bool:
     """Whether the kernel computes this call as torch would (module docstring): the result's dtype is the
-    accumulation type, at most three leading dimensions, ``C`` channels everywhere, constant tables."""
+    accumulation type, at most three leading dimensions, ``C`` channels everywhere, every tensor on ``x``'s device
+    (else torch's path raises its own error, and the kernel stays on), constant tables."""
     dtype = torch.promote_types(tables.dtype, x.dtype)
     dtype = dtype if minus is None else torch.promote_types(dtype, minus.dtype)
     shapes = [x.shape[:-1], tables.shape[1:-1]] + ([] if minus is None else [minus.shape[:-1]])
@@ -44,7 +45,8 @@ def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -
     width = x.shape[-1]
     return (dtype in (torch.float32, torch.float64) and (out is None or out.dtype == dtype) and len(rows) <= 3
             and tables.shape[0] == 5 and tables.shape[-1] == width and (minus is None or minus.shape[-1] == width)
-            and (out is None or out.shape == (*rows, width)) and tables.device == x.device
+            and (out is None or out.shape == (*rows, width))
+            and all(t.device == x.device for t in (tables, minus, out) if t is not None)
             and not (torch.is_grad_enabled() and tables.requires_grad))
 
 

@@ -193,3 +193,16 @@ def test_a_backward_whose_kernel_fails_falls_back_to_torch(ran, monkeypatch):
         apply_shifted(x, queries).backward(g)
     torch.testing.assert_close(x.grad, rotation._shifted_torch(g, queries, None, True, None), rtol=0, atol=1e-12)
     assert "apply_shifted" in kernels.failures() and ran == {"triton", "torch"}
+
+
+@pytest.mark.parametrize("where", ["minus", "out"])
+def test_a_tensor_on_another_device_is_torchs_error_and_keeps_the_kernel(ran, where):
+    """``minus`` or ``out`` on another device than ``x``: torch's own error, and the kernel stays on (a caller's
+    mistake is not a failure of the kernel, ``kernels.py``)."""
+    _, _, tables, x, m, _ = _inputs(9, torch.float32, n=5)
+    meta = torch.empty(x.shape, device="meta")
+    with pytest.raises(RuntimeError, match="device"):
+        apply_shifted(x, tables, meta if where == "minus" else m, out=meta if where == "out" else None)
+    assert kernels.failures() == {}
+    _same(apply_shifted(x, tables), rotation._shifted_torch(x, tables, None, False, None))
+    assert ran == {"triton"}                        # the refused call went to torch's ops without the dispatch
