@@ -206,3 +206,28 @@ def test_a_tensor_on_another_device_is_torchs_error_and_keeps_the_kernel(ran, wh
     assert kernels.failures() == {}
     _same(apply_shifted(x, tables), rotation._shifted_torch(x, tables, None, False, None))
     assert ran == {"triton"}                        # the refused call went to torch's ops without the dispatch
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_wide_strided_and_three_leading_dims_are_torchs_path(ran, transpose):
+    """Widths past one channel tile (``BLOCK_C`` = 64: blocks 21 and 42 straddle tiles, each term reads its
+    neighbour tile's channels), inputs through their strides (a channel stride of 2, rows transposed, an ``out=``
+    slice of a wider tensor), and the dot-product attention's tables ``(5, B, 1, L, D)`` over ``(B, H, L, D)``
+    heads with a ``minus`` broadcast over the heads: three leading dimensions."""
+    for channels in (100, 130):
+        pos, scale, tables, x, m, _ = _inputs(channels, torch.float32, n=21)
+        _same(apply_shifted(x, tables, m, transpose), rotation._shifted_torch(x, tables, m, transpose, None))
+    wide = torch.randn(21, 2 * channels, generator=torch.Generator().manual_seed(1))[:, ::2]     # stride 2
+    rows = torch.randn(channels, 21, generator=torch.Generator().manual_seed(2)).t()               # (21, C), rows 1
+    for x in (wide, rows):
+        want = rotation._shifted_torch(x, tables, None, transpose, None)
+        _same(apply_shifted(x, tables, transpose=transpose), want)
+        out = torch.full((21, channels + 7), float("nan"))[:, 3: 3 + channels]
+        assert apply_shifted(x, tables, transpose=transpose, out=out) is out
+        _same(out, want)
+    pos, scale, tables, _, _, _ = _inputs(70, torch.float32, n=2 * 9)
+    heads = tables.view(5, 2, 1, 9, 70)
+    g = torch.Generator().manual_seed(3)
+    x, m = torch.randn(2, 3, 9, 70, generator=g).to(torch.bfloat16), torch.randn(2, 1, 9, 70, generator=g)
+    _same(apply_shifted(x, heads, m, transpose), rotation._shifted_torch(x, heads, m, transpose, None))
+    assert ran == {"triton"}
