@@ -33,8 +33,10 @@ TABLE_R, TABLE_C = 16, 32
 
 def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -> bool:
     """Whether the kernel computes this call as torch would (module docstring): the result's dtype is the
-    accumulation type, at most three leading dimensions, ``C`` channels everywhere, every tensor on ``x``'s device
-    (else torch's path raises its own error, and the kernel stays on), constant tables."""
+    accumulation type, at most three leading dimensions, ``C`` channels everywhere, constant tables. Calls torch's
+    path refuses stay there, to raise its own error with the kernel still on (a caller's mistake, not the
+    kernel's failure: ``kernels.py``): a tensor on another device than ``x``, an ``out`` while ``x`` or ``minus``
+    needs a gradient, an ``out`` whose rows overlap (a broadcast ``out``, stride 0)."""
     dtype = torch.promote_types(tables.dtype, x.dtype)
     dtype = dtype if minus is None else torch.promote_types(dtype, minus.dtype)
     shapes = [x.shape[:-1], tables.shape[1:-1]] + ([] if minus is None else [minus.shape[:-1]])
@@ -43,9 +45,11 @@ def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -
     except RuntimeError:
         return False                                        # torch's path raises its own error
     width = x.shape[-1]
-    return (dtype in (torch.float32, torch.float64) and (out is None or out.dtype == dtype) and len(rows) <= 3
+    grads = torch.is_grad_enabled() and (x.requires_grad or (minus is not None and minus.requires_grad))
+    return (dtype in (torch.float32, torch.float64) and len(rows) <= 3
             and tables.shape[0] == 5 and tables.shape[-1] == width and (minus is None or minus.shape[-1] == width)
-            and (out is None or out.shape == (*rows, width))
+            and (out is None or (out.dtype == dtype and out.shape == (*rows, width) and not grads
+                                 and all(s != 0 or n < 2 for s, n in zip(out.stride(), out.shape, strict=True))))
             and all(t.device == x.device for t in (tables, minus, out) if t is not None)
             and not (torch.is_grad_enabled() and tables.requires_grad))
 
@@ -117,7 +121,8 @@ def _adjoint(g: Tensor, tables: Tensor, transpose: bool) -> Tensor:
 
 def shifted(x: Tensor, tables: Tensor, minus: Tensor | None, transpose: bool, out: Tensor | None) -> Tensor:
     """``apply_shifted`` by the kernel (a call :func:`takes`): differentiable where ``x`` or ``minus`` needs a
-    gradient (``out`` then is refused as torch refuses it), else one launch into ``out`` (or a new tensor)."""
+    gradient (``out`` then is refused as torch refuses it: :func:`takes` leaves such calls to torch's path), else
+    one launch into ``out`` (or a new tensor)."""
     grads = torch.is_grad_enabled() and (x.requires_grad or (minus is not None and minus.requires_grad))
     if not grads:
         return _launch(x, tables, minus, transpose, out)

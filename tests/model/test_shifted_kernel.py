@@ -231,3 +231,19 @@ def test_wide_strided_and_three_leading_dims_are_torchs_path(ran, transpose):
     x, m = torch.randn(2, 3, 9, 70, generator=g).to(torch.bfloat16), torch.randn(2, 1, 9, 70, generator=g)
     _same(apply_shifted(x, heads, m, transpose), rotation._shifted_torch(x, heads, m, transpose, None))
     assert ran == {"triton"}
+
+
+@pytest.mark.parametrize("mistake", ["out with a gradient", "broadcast out"])
+def test_an_out_torch_refuses_is_torchs_error_and_keeps_the_kernel(ran, mistake):
+    """``out=`` while ``x`` needs a gradient, or an ``out`` whose rows share memory (expanded): torch's own error,
+    and the kernel stays on for the next call."""
+    _, _, tables, x, _, _ = _inputs(9, torch.float32, n=5)
+    if mistake == "out with a gradient":
+        x, out = x.clone().requires_grad_(), torch.empty(5, 9)
+    else:
+        out = torch.empty(1, 9).expand(5, 9)
+    with pytest.raises(RuntimeError, match=r"out=|single memory location"):
+        apply_shifted(x, tables, out=out)
+    assert kernels.failures() == {}
+    _same(apply_shifted(x.detach(), tables), rotation._shifted_torch(x.detach(), tables, None, False, None))
+    assert ran == {"triton"}
