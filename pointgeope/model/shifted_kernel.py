@@ -195,7 +195,7 @@ def tables_cases(device: torch.device, points: int, pairs: int) -> list[kernels.
 
     g = torch.Generator().manual_seed(4)
     coord = (torch.rand(points, 3, generator=g) * torch.tensor([10.0, 8.0, 3.0])).to(device)
-    scale = (frequencies(64) * 25.0 / 3).to(device)
+    scale = (frequencies(64) * 25.0 / 3).to(device, torch.float32)        # the layers' scales: the positions' dtype
     entry = rotation.TABLES_KERNEL
 
     def compare(got, want):
