@@ -63,7 +63,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 # The kernel tests again under Triton 3.6's interpreter (the GPU machines' Triton; the venv has the newest),
-# from a side folder that shadows the venv's Triton for this run only.
+# and the compile check under its compiler (sm_90), from a side folder that shadows the venv's Triton for this run only.
 TRITON_OLD ?= 3.6.0
 test-triton-old: setup
 	test -d .triton-$(TRITON_OLD) || $(PY) -m pip install -q --no-deps --target .triton-$(TRITON_OLD) triton==$(TRITON_OLD)
@@ -71,7 +71,7 @@ test-triton-old: setup
 		tests/model/test_kernels.py tests/model/test_fused_attention.py tests/model/test_fused_attention_layer.py \
 		tests/model/test_bucket_fps.py tests/model/test_rodrigues_terms.py tests/model/test_norm.py \
 		tests/model/test_norm_plain.py tests/model/test_gather_backward.py \
-		tests/model/test_shifted_kernel.py
+		tests/model/test_shifted_kernel.py tests/model/test_triton_compile.py
 
 # pointgeope.nn under the oldest torch-geometric it supports (pyproject.toml's lower bound): the first of
 # pointgeope/nn/__init__.py's TESTED_PYG_VERSIONS, which owns the version (read as text: no torch needed)

@@ -146,7 +146,8 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
     """``sum_o T_o[c] x[c + o]`` (``- minus``) for ``x (..., C)`` and ``tables (5, ..., C)`` of ``R``,
     broadcast against ``x`` (e.g. ``(5, N, 1, C)`` over neighbours); ``minus`` broadcasts the same way.
     ``transpose`` applies ``R^T`` with the same tables: ``R^T[d, e] = R[e, d]`` reads ``T_{-o}[c + o]``.
-    Computed in the tables' dtype, or written into ``out`` (``x`` may be half precision: one rounding).
+    Computed in the tables' dtype, or written into ``out`` (``x`` may be half precision: one rounding), which must
+    not overlap ``x`` (unchecked: channels ``c +- o`` would be read after they are written).
 
     Five kernels (a product, four multiply-adds) on torch's path; one Triton launch where the kernel
     ``apply_shifted`` runs (CUDA by default) and takes the call (``shifted_kernel.py``), the same sums."""

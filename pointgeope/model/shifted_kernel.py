@@ -33,7 +33,10 @@ TABLE_R, TABLE_C = 16, 32
 
 def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -> bool:
     """Whether the kernel computes this call as torch would (module docstring): the result's dtype is the
-    accumulation type, at most three leading dimensions, ``C`` channels everywhere, constant tables."""
+    accumulation type, at most three leading dimensions, ``C`` channels everywhere, constant tables. Calls torch's
+    path refuses stay there, to raise its own error with the kernel still on (a caller's mistake, not the
+    kernel's failure: ``kernels.py``): a tensor on another device than ``x``, an ``out`` while ``x`` or ``minus``
+    needs a gradient, an ``out`` whose rows overlap (a broadcast ``out``, stride 0)."""
     dtype = torch.promote_types(tables.dtype, x.dtype)
     dtype = dtype if minus is None else torch.promote_types(dtype, minus.dtype)
     shapes = [x.shape[:-1], tables.shape[1:-1]] + ([] if minus is None else [minus.shape[:-1]])
@@ -42,9 +45,12 @@ def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -
     except RuntimeError:
         return False                                        # torch's path raises its own error
     width = x.shape[-1]
-    return (dtype in (torch.float32, torch.float64) and (out is None or out.dtype == dtype) and len(rows) <= 3
+    grads = torch.is_grad_enabled() and (x.requires_grad or (minus is not None and minus.requires_grad))
+    return (dtype in (torch.float32, torch.float64) and len(rows) <= 3
             and tables.shape[0] == 5 and tables.shape[-1] == width and (minus is None or minus.shape[-1] == width)
-            and (out is None or out.shape == (*rows, width)) and tables.device == x.device
+            and (out is None or (out.dtype == dtype and out.shape == (*rows, width) and not grads
+                                 and all(s != 0 or n < 2 for s, n in zip(out.stride(), out.shape, strict=True))))
+            and all(t.device == x.device for t in (tables, minus, out) if t is not None)
             and not (torch.is_grad_enabled() and tables.requires_grad))
 
 
@@ -96,16 +102,27 @@ class _Shifted(torch.autograd.Function):
         (tables,) = ctx.saved_tensors
         gx = gm = None
         if ctx.needs_input_grad[0]:
-            turned = _Shifted.apply(g, tables, None, not ctx.transpose)         # R^T g (R g): the adjoint
-            gx = turned.sum_to_size(ctx.x_shape).to(ctx.x_dtype)
+            gx = _adjoint(g, tables, not ctx.transpose).sum_to_size(ctx.x_shape).to(ctx.x_dtype)
         if ctx.minus is not None and ctx.needs_input_grad[2]:
             gm = (-g).sum_to_size(ctx.minus[0]).to(ctx.minus[1])
         return gx, None, gm, None
 
 
+def _adjoint(g: Tensor, tables: Tensor, transpose: bool) -> Tensor:
+    """``R^T g`` (``R g`` with ``transpose``) in a backward whose forward ran the kernel: the kernel again (a new
+    specialisation, ``TRANSPOSE`` flipped, compiled here), through the registered entry, so that a failure to
+    compile or launch falls back to torch's ops as the forward's would (``Kernel.dispatch``, ``decided``)."""
+    from pointgeope.model import rotation
+
+    entry = rotation.KERNEL
+    return entry.dispatch(g.device, lambda: _Shifted.apply(g, tables, None, transpose),
+                          lambda: entry.torch(g, tables, None, transpose, None), decided=True)
+
+
 def shifted(x: Tensor, tables: Tensor, minus: Tensor | None, transpose: bool, out: Tensor | None) -> Tensor:
     """``apply_shifted`` by the kernel (a call :func:`takes`): differentiable where ``x`` or ``minus`` needs a
-    gradient (``out`` then is refused as torch refuses it), else one launch into ``out`` (or a new tensor)."""
+    gradient (``out`` then is refused as torch refuses it: :func:`takes` leaves such calls to torch's path), else
+    one launch into ``out`` (or a new tensor)."""
     grads = torch.is_grad_enabled() and (x.requires_grad or (minus is not None and minus.requires_grad))
     if not grads:
         return _launch(x, tables, minus, transpose, out)
@@ -178,7 +195,7 @@ def tables_cases(device: torch.device, points: int, pairs: int) -> list[kernels.
 
     g = torch.Generator().manual_seed(4)
     coord = (torch.rand(points, 3, generator=g) * torch.tensor([10.0, 8.0, 3.0])).to(device)
-    scale = (frequencies(64) * 25.0 / 3).to(device)
+    scale = (frequencies(64) * 25.0 / 3).to(device, torch.float32)        # the layers' scales: the positions' dtype
     entry = rotation.TABLES_KERNEL
 
     def compare(got, want):

@@ -95,6 +95,7 @@ def tables(pos_ptr, scale_ptr, out_ptr, N, C, NB, F64: tl.constexpr, BLOCK_R: tl
     px = tl.load(pos_ptr + r * 3, mask=r < N, other=0.0) * one
     py = tl.load(pos_ptr + r * 3 + 1, mask=r < N, other=0.0) * one
     pz = tl.load(pos_ptr + r * 3 + 2, mask=r < N, other=0.0) * one
+    plane = (tl.program_id(0).to(tl.int64) * 0 + N) * C        # N C in int64: 4 N C passes 2^31 at N C = 2^29
     b, d = c // 3, c % 3
     in_block = b < NB
     scale = tl.load(scale_ptr + b, mask=in_block & (c < C), other=0.0) * one
@@ -109,4 +110,4 @@ def tables(pos_ptr, scale_ptr, out_ptr, N, C, NB, F64: tl.constexpr, BLOCK_R: tl
                                                                   versine * uu))
         rest = tl.where(in_block, 0.0 * one, (1.0 if s == 2 else 0.0) * one)                # pass-through
         value = tl.where(in_block & (e >= 0) & (e < 3), entry, rest)
-        tl.store(out_ptr + s * N * C + r * C + c, value.to(out_ptr.dtype.element_ty), mask=live)
+        tl.store(out_ptr + s * plane + r * C + c, value.to(out_ptr.dtype.element_ty), mask=live)

@@ -173,3 +173,77 @@ def test_a_geope_layers_step_on_the_cuda_default_takes_the_kernel(interpreted_cp
     assert rotation.TABLES_KERNEL.ran == {"triton"}
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_backward_whose_kernel_fails_falls_back_to_torch(ran, monkeypatch):
+    """The backward compiles its own specialisation (``R^T``): where that fails (a compiler or driver error of
+    this device), one warning, the kernel off, and the gradient by torch's ops, as a forward's failure does."""
+    from pointgeope.model import shifted_kernel
+
+    _, _, tables, _, _, pairs = _inputs(8, torch.float64, n=6, k=3)
+    queries, launch = tables.unsqueeze(-2), shifted_kernel._launch
+
+    def launch_forward_only(x, tables, minus, transpose, out):
+        if transpose:
+            raise RuntimeError("PTXASError: ptxas fatal (this device)")
+        return launch(x, tables, minus, transpose, out)
+    monkeypatch.setattr(shifted_kernel, "_launch", launch_forward_only)
+    x, g = pairs.clone().requires_grad_(), torch.randn(pairs.shape, dtype=torch.float64)
+    with pytest.warns(kernels.KernelFallbackWarning, match="apply_shifted"):
+        apply_shifted(x, queries).backward(g)
+    torch.testing.assert_close(x.grad, rotation._shifted_torch(g, queries, None, True, None), rtol=0, atol=1e-12)
+    assert "apply_shifted" in kernels.failures() and ran == {"triton", "torch"}
+
+
+@pytest.mark.parametrize("where", ["minus", "out"])
+def test_a_tensor_on_another_device_is_torchs_error_and_keeps_the_kernel(ran, where):
+    """``minus`` or ``out`` on another device than ``x``: torch's own error, and the kernel stays on (a caller's
+    mistake is not a failure of the kernel, ``kernels.py``)."""
+    _, _, tables, x, m, _ = _inputs(9, torch.float32, n=5)
+    meta = torch.empty(x.shape, device="meta")
+    with pytest.raises(RuntimeError, match="device"):
+        apply_shifted(x, tables, meta if where == "minus" else m, out=meta if where == "out" else None)
+    assert kernels.failures() == {}
+    _same(apply_shifted(x, tables), rotation._shifted_torch(x, tables, None, False, None))
+    assert ran == {"triton"}                        # the refused call went to torch's ops without the dispatch
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_wide_strided_and_three_leading_dims_are_torchs_path(ran, transpose):
+    """Widths past one channel tile (``BLOCK_C`` = 64: blocks 21 and 42 straddle tiles, each term reads its
+    neighbour tile's channels), inputs through their strides (a channel stride of 2, rows transposed, an ``out=``
+    slice of a wider tensor), and the dot-product attention's tables ``(5, B, 1, L, D)`` over ``(B, H, L, D)``
+    heads with a ``minus`` broadcast over the heads: three leading dimensions."""
+    for channels in (100, 130):
+        pos, scale, tables, x, m, _ = _inputs(channels, torch.float32, n=21)
+        _same(apply_shifted(x, tables, m, transpose), rotation._shifted_torch(x, tables, m, transpose, None))
+    wide = torch.randn(21, 2 * channels, generator=torch.Generator().manual_seed(1))[:, ::2]     # stride 2
+    rows = torch.randn(channels, 21, generator=torch.Generator().manual_seed(2)).t()               # (21, C), rows 1
+    for x in (wide, rows):
+        want = rotation._shifted_torch(x, tables, None, transpose, None)
+        _same(apply_shifted(x, tables, transpose=transpose), want)
+        out = torch.full((21, channels + 7), float("nan"))[:, 3: 3 + channels]
+        assert apply_shifted(x, tables, transpose=transpose, out=out) is out
+        _same(out, want)
+    pos, scale, tables, _, _, _ = _inputs(70, torch.float32, n=2 * 9)
+    heads = tables.view(5, 2, 1, 9, 70)
+    g = torch.Generator().manual_seed(3)
+    x, m = torch.randn(2, 3, 9, 70, generator=g).to(torch.bfloat16), torch.randn(2, 1, 9, 70, generator=g)
+    _same(apply_shifted(x, heads, m, transpose), rotation._shifted_torch(x, heads, m, transpose, None))
+    assert ran == {"triton"}
+
+
+@pytest.mark.parametrize("mistake", ["out with a gradient", "broadcast out"])
+def test_an_out_torch_refuses_is_torchs_error_and_keeps_the_kernel(ran, mistake):
+    """``out=`` while ``x`` needs a gradient, or an ``out`` whose rows share memory (expanded): torch's own error,
+    and the kernel stays on for the next call."""
+    _, _, tables, x, _, _ = _inputs(9, torch.float32, n=5)
+    if mistake == "out with a gradient":
+        x, out = x.clone().requires_grad_(), torch.empty(5, 9)
+    else:
+        out = torch.empty(1, 9).expand(5, 9)
+    with pytest.raises(RuntimeError, match=r"out=|single memory location"):
+        apply_shifted(x, tables, out=out)
+    assert kernels.failures() == {}
+    _same(apply_shifted(x.detach(), tables), rotation._shifted_torch(x.detach(), tables, None, False, None))
+    assert ran == {"triton"}

@@ -57,3 +57,36 @@ def test_the_compile_check_says_its_usage_and_refuses_unknown_flags(flag, rc, sa
     said_here = " ".join((proc.stdout + proc.stderr).split())  # argparse wraps the usage to COLUMNS
     assert proc.returncode == rc and said in said_here, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert '"kernels"' not in proc.stdout
+
+
+TABLES_TTIR = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from pointgeope.model import shifted_kernel, triton_rotation
+names = {names!r}
+meta = dict(F64=False, BLOCK_R=shifted_kernel.TABLE_R, BLOCK_C=shifted_kernel.TABLE_C)
+sig = {{n: "constexpr" if n in meta else "*fp32" if n.endswith("_ptr") else "i32" for n in names}}
+src = ASTSource(fn=triton_rotation.tables, signature=sig, constexprs={{(names.index(k),): v for k, v in meta.items()}})
+print(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=shifted_kernel.WARPS)).asm["ttir"])
+"""
+
+
+def test_the_tables_kernel_addresses_its_planes_in_64_bits():
+    """``triton_rotation.tables`` writes ``(5, N, C)``: plane ``s`` starts at ``s N C``, past 2^31 from ``N C =
+    2^29`` (a 16 x 80k batch's 1.28M points at width 420 and up). The sizes ``N`` and ``C`` arrive as 32-bit
+    arguments; compiled for sm_90, no 32-bit product may take either (it would wrap, and planes 2..4 be written at
+    wrong addresses)."""
+    import re
+
+    names = ["pos_ptr", "scale_ptr", "out_ptr", "N", "C", "NB", "F64", "BLOCK_R", "BLOCK_C"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", TABLES_TTIR.format(names=names)], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    head = re.search(r"tt\.func public @tables\((.*)", proc.stdout).group(1)
+    args = re.findall(r"(%[\w.]+): ", head)                          # the arguments' SSA names, in order
+    sizes = {args[names.index("N")], args[names.index("C")]}
+    products = re.findall(r"arith\.muli (%[\w.]+), (%[\w.]+) : i32\b", proc.stdout)
+    assert products and not [p for p in products if sizes & set(p)], products
