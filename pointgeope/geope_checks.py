@@ -93,9 +93,12 @@ def coordinates_outside(value: Tensor) -> Tensor:
     ``|x| > COORD_LIMIT``; a tensor op, nothing is read. The rule per dtype: a float is compared in its own
     dtype, where ``2^60`` is exact (float32, bfloat16, float64) or rounds to ``inf`` (float16, whose largest
     finite value is 65504): there every finite value is inside and ``isfinite`` alone decides. Integers are
-    compared without ``abs`` (``-2^63`` has none in int64)."""
+    compared without ``abs`` (``-2^63`` has none in int64); those of a narrower range than ``2^60`` (int32,
+    uint8) are all inside, and are not compared at all (the limit would wrap in their dtype)."""
     if value.is_floating_point():
         return ~(torch.isfinite(value) & (value.abs() <= COORD_LIMIT))
+    if _dtype_max(value.dtype) <= COORD_LIMIT:
+        return torch.zeros_like(value, dtype=torch.bool)
     return (value < -COORD_LIMIT) | (value > COORD_LIMIT)
 
 
