@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.fixed_tables import FixedTables
-from pointgeope.geope_checks import check_coordinates, check_real, check_scale
+from pointgeope.geope_checks import check_coordinates, check_real, check_scale, coordinates_outside
 
 # check_real, check_scale (pointgeope.geope_checks) and FixedTables (pointgeope.fixed_tables) are importable
 # from here as well, where they were first defined.
@@ -325,31 +325,46 @@ class GeoPE(nn.Module):
         base: frequency base (the paper's lambda), a finite number > 0.
         pos_scale: phase per unit of position at block 0; ``1 / grid_size`` gives voxel units; finite and > 0.
         learnable: make the block frequencies a trainable parameter (``block_scale.freq``).
+        check_finite: check that the positions are finite and within ``+-2^60`` (``check_coordinates``' rule:
+            beyond ~1.8e19 float32's axis norm overflows to NaN features), one host read a call (on a GPU, one
+            synchronisation), as ``qk_encodings.QKEncoding``'s; ``False`` where the caller checked its positions
+            once where they entered (a network, a benchmark's loop): then nothing is read.
 
     Shapes:
         ``x (..., C)``, ``pos (..., A)`` broadcastable to ``x``'s leading dims -> ``(..., C)``.
     """
 
     def __init__(self, channels: int, axes: int = 3, base: float = 100.0, pos_scale: float = 25.0,
-                 learnable: bool = False):
+                 learnable: bool = False, check_finite: bool = True):
         super().__init__()
         self.block_scale = BlockScale(channels, base, pos_scale, axes, learnable)  # checks every argument
         self.channels, self.axes, self.blocks = channels, axes, channels // 3
+        self.check_finite = check_finite
         self.base, self.pos_scale = self.block_scale.base, self.block_scale.pos_scale
 
     def forward(self, x: Tensor, pos: Tensor, inverse: bool = False) -> Tensor:
-        """``R(t(pos)) x`` per block, or ``R(t(pos))^T x`` with ``inverse=True``; ``pos`` finite and within
-        ``+-2^60`` (``check_coordinates``, one read: beyond ~1.8e19 float32's axis norm overflows to NaN)."""
-        check_coordinates("pos", pos)
+        """``R(t(pos)) x`` per block, or ``R(t(pos))^T x`` with ``inverse=True``; ``pos`` checked (``check_finite``)."""
+        self._check_positions(pos=pos)
         return apply_geope(x, pos, self._block_scales(x, pos), inverse)
 
     def relative(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, linear: bool = False) -> Tensor:
         """Take keys ``x_j`` into the frame of queries at ``pos_i``: standard ``R(t_i)^T R(t_j) x_j``, linear
         ``R(t_j - t_i) x_j``. Shapes broadcast, e.g. ``x_j (N, k, C)``, ``pos_i (N, 1, A)``, ``pos_j (N, k, A)``;
-        positions checked as ``forward``'s."""
-        check_coordinates("pos_i", pos_i)
-        check_coordinates("pos_j", pos_j)
+        both positions checked in one read (``check_finite``)."""
+        self._check_positions(pos_i=pos_i, pos_j=pos_j)
         return relative_geope(x_j, pos_i, pos_j, self._block_scales(x_j, pos_j, pos_i), linear)
+
+    def _check_positions(self, **positions: Tensor) -> None:
+        """``check_coordinates`` of each of ``positions`` with one host read for them all (skipped without
+        ``check_finite``, and while compiling or scripting); the message names the first one refused."""
+        if not self.check_finite or torch.jit.is_scripting() or torch.compiler.is_compiling():
+            return
+        for name, p in positions.items():
+            check_real(name, p, integer=True)                    # a dtype: complex and bool are a TypeError
+        flags = [coordinates_outside(p).any() for p in positions.values() if not p.is_meta]
+        if flags and bool(torch.stack([f.to(flags[0].device) for f in flags]).any()):
+            for name, p in positions.items():
+                check_coordinates(name, p)
 
     def _block_scales(self, x: Tensor, pos: Tensor, *more_pos: Tensor) -> Tensor:
         """``k_b`` in the dtype the rotation runs in, after checking the shapes of ``x`` and the positions."""

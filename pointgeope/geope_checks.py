@@ -6,8 +6,10 @@
 - :func:`check_scale`: a frequency base, a position scale, a grid size must be a finite number ``> 0``; a
   base ``<= 0`` gives NaN frequencies and a NaN or infinite scale NaN phases, without a word.
 - :func:`check_coordinates` (and :func:`check_finite`): positions and the point ops' coordinates finite and
-  within ``+-COORD_LIMIT``; here, below the model, so that the operator's ``GeoPE`` module checks its positions
-  by the point ops' rule (:mod:`pointgeope.model.ops.checks` re-exports them for the ops and ``pointgeope.nn``).
+  within ``+-COORD_LIMIT``; :func:`coordinates_outside` is that rule as a mask (no value read), for callers that
+  fold it into a read of their own (``pointgeope.nn``'s phase warning, the PTv3 inputs and encodings). Here,
+  below the model, so that the operator's ``GeoPE`` module checks its positions by the point ops' rule;
+  :mod:`pointgeope.model.ops.checks` re-exports the public names, where they were first defined.
 
 Each raises ``TypeError`` for a wrong type and ``ValueError`` for a wrong value, in one line that names the
 argument and says what was expected and what came.
@@ -21,7 +23,7 @@ from torch import Tensor
 
 from pointgeope.number_kind import is_real_scalar
 
-__all__ = ["check_real", "check_scale", "check_finite", "check_coordinates", "COORD_LIMIT"]
+__all__ = ["check_real", "check_scale", "check_finite", "check_coordinates", "coordinates_outside", "COORD_LIMIT"]
 
 # The largest |coordinate| the point ops take: 2^60 (about 1.15e18); check_coordinates says why.
 COORD_LIMIT = 2 ** 60
@@ -79,13 +81,25 @@ def check_coordinates(name: str, value: Tensor) -> None:
     check_real(name, value, integer=True)           # a dtype, no value read: checked when compiling too
     if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta:
         return
-    if _dtype_max(value.dtype) <= COORD_LIMIT:      # float16, int32, ...: only NaN and inf can be wrong
-        if value.is_floating_point():
-            check_finite(name, value)
+    if not value.is_floating_point() and _dtype_max(value.dtype) <= COORD_LIMIT:   # int32, uint8: every value
         return
-    bad = ~((value >= -COORD_LIMIT) & (value <= COORD_LIMIT))          # NaN and +-inf compare False
+    bad = coordinates_outside(value)
     if bool(bad.any()):
         _refuse(name, value, bad)
+
+
+def coordinates_outside(value: Tensor) -> Tensor:
+    """The bool mask of the entries of ``value`` that :func:`check_coordinates` refuses: NaN, ``+-inf``, or
+    ``|x| > COORD_LIMIT``; a tensor op, nothing is read. The rule per dtype: a float is compared in its own
+    dtype, where ``2^60`` is exact (float32, bfloat16, float64) or rounds to ``inf`` (float16, whose largest
+    finite value is 65504): there every finite value is inside and ``isfinite`` alone decides. Integers are
+    compared without ``abs`` (``-2^63`` has none in int64); those of a narrower range than ``2^60`` (int32,
+    uint8) are all inside, and are not compared at all (the limit would wrap in their dtype)."""
+    if value.is_floating_point():
+        return ~(torch.isfinite(value) & (value.abs() <= COORD_LIMIT))
+    if _dtype_max(value.dtype) <= COORD_LIMIT:
+        return torch.zeros_like(value, dtype=torch.bool)
+    return (value < -COORD_LIMIT) | (value > COORD_LIMIT)
 
 
 def _dtype_max(dtype: torch.dtype) -> float:

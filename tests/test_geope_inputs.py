@@ -9,6 +9,7 @@ import torch
 from pointgeope.geope import BlockScale, GeoPE, apply_geope, rotate
 from pointgeope.model.ops import interpolate
 from pointgeope.nn import geope_attention, geope_qk
+from tests.model.test_padding import _SizedByValues
 
 # (x shape, pos shape): pos broadcast against x's leading dims, with fewer (or more) dims than x
 SHAPES = [((2, 5, 6), (5, 3)), ((5, 6), (3,)), ((5, 6), (4, 1, 3)), ((2, 4, 5, 7), (5, 3))]
@@ -141,3 +142,22 @@ def test_the_module_refuses_positions_the_point_ops_refuse():
     with pytest.raises(ValueError, match=r"expected pos_i within \+-2\^60"):
         pe.relative(x, (1 + pos[:, :1]) * 1e29, pos, linear=True)
     assert pe(x, torch.full_like(pos, 2.0 ** 60)).isfinite().all()          # the limit itself is taken
+
+
+def test_the_module_reads_its_positions_once_a_call_and_not_at_all_without_the_check():
+    """The check is one host read a call (``relative`` read ``pos_i`` and ``pos_j`` apart: two synchronisations a
+    call on a GPU); ``check_finite=False``, for a caller that checked its positions where they entered (a
+    benchmark's loop), reads nothing, so the rotation alone is timed. Counted at the dispatcher: every
+    ``bool()``, ``int()``, ``.item()`` of a tensor is one ``_local_scalar_dense``."""
+    x, pos = torch.randn(4, 2, 6), torch.rand(4, 2, 3)
+    calls = [("forward", (x, pos), {}), ("relative", (x, pos[:, :1], pos), {}),
+             ("relative", (x, pos[:, :1], pos), {"linear": True})]
+    for pe, reads in ((GeoPE(6), ["_local_scalar_dense"]), (GeoPE(6, check_finite=False), [])):
+        for method, args, kwargs in calls:
+            seen = []
+            with _SizedByValues(seen):
+                out = getattr(pe, method)(*args, **kwargs)
+            assert seen == reads, (method, seen)
+            assert out.isfinite().all()
+    with pytest.raises(ValueError, match=r"expected pos_j within \+-2\^60"):   # one read, the bad one still named
+        GeoPE(6).relative(x, pos[:, :1], pos * 1e29)

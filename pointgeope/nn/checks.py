@@ -13,16 +13,15 @@ import warnings
 import torch
 from torch import Tensor
 
-from pointgeope.geope_checks import check_real, check_scale  # the owners of the rules for features and scales
-from pointgeope.model.ops.checks import (  # the point ops'
-    COORD_LIMIT,
-    _dtype_max,
+from pointgeope.geope_checks import (  # the owner of the rules for features, scales and coordinates
     _refuse,
     check_coordinates,
-    check_count,
     check_finite,
-    check_values,
+    check_real,
+    check_scale,
+    coordinates_outside,
 )
+from pointgeope.model.ops.checks import check_count, check_values  # the point ops'
 
 __all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite", "check_coordinates", "check_values",
            "check_positions"]
@@ -42,8 +41,7 @@ def check_positions(name: str, value: Tensor, phase_scale: float | Tensor) -> No
     if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta or not value.numel():
         return
     v = value.detach()
-    narrow = _dtype_max(v.dtype) <= COORD_LIMIT   # float16 (not bfloat16: float32's range): only NaN and inf wrong
-    bad = ~torch.isfinite(v) if narrow else ~((v >= -COORD_LIMIT) & (v <= COORD_LIMIT))   # NaN compares False
+    bad = coordinates_outside(v)                    # the point ops' rule, read below with the phase
     scale = phase_scale.detach().abs().amax().to(v.device, torch.float32) if isinstance(phase_scale, Tensor) \
         else torch.tensor(abs(float(phase_scale)), dtype=torch.float32, device=v.device)
     top = torch.where(bad, torch.zeros_like(v), v.abs()).amax().to(torch.float32)

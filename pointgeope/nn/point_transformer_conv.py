@@ -328,7 +328,9 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         saved_pe = state_dict.pop(prefix + "pe", None)              # geope's loaded into lingeope, rope3d, ape
         if saved_pe is not None and not settings:
             unexpected_keys.append(prefix + "pe")
-        elif saved_pe is not None and (pe := bytes(saved_pe.tolist()).decode()) != self.pe_name:
+        elif saved_pe is not None and (pe := _saved_name(saved_pe)) is None:
+            error_msgs.append(f"{prefix}pe: expected the encoding's name as uint8 bytes, got {str(saved_pe)[:80]}")
+        elif saved_pe is not None and pe != self.pe_name:
             error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe!r}, this layer has pe="
                               f"{self.pe_name!r}; build it with pe={pe!r} to load it")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -371,6 +373,14 @@ class _ZeroDelta(torch.nn.Module):
 
     def forward(self, diff: Tensor) -> Tensor:
         return diff.new_zeros(diff.shape[0], self.channels)
+
+
+def _saved_name(value) -> str | None:
+    """The encoding's name from its saved bytes; `None` for anything else (a damaged checkpoint's entry)."""
+    try:
+        return bytes(value.reshape(-1).tolist()).decode()
+    except (AttributeError, TypeError, ValueError):                # not a tensor, not bytes, not UTF-8
+        return None
 
 
 def _check_edge_index(edge_index: Tensor) -> None:

@@ -4,9 +4,12 @@ and the hierarchy, before any kernel runs (so none is turned off), and right ans
 brute force and the FPS rule."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
+from pointgeope.geope_checks import coordinates_outside
 from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, interpolate, knn
 from pointgeope.model.ops.checks import COORD_LIMIT, check_coordinates
 from tests.model.fps_reference import reference_fps
@@ -38,6 +41,25 @@ def test_check_coordinates_takes_the_limit_and_refuses_the_next_value_in_one_lin
     x[0, 0], x[2, 1] = 1e30, float("nan")                            # NaN is named before a large value
     with pytest.raises(ValueError, match=r"expected finite q, got 1 NaN or infinite entries \(the first in row 2"):
         check_coordinates("q", x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64,
+                                   torch.int32, torch.uint8])
+def test_the_rule_as_a_mask_is_the_definition_in_exact_arithmetic_for_every_dtype(dtype):
+    """``coordinates_outside`` (which the PTv3 inputs, its encodings and ``pointgeope.nn`` read with their own
+    messages) marks exactly the entries that are NaN, infinite or beyond 2^60 as exact numbers: each value, as
+    the dtype holds it, taken to a Python float / int and compared there (float16 rounds 2^60 to inf, so a
+    comparison in its dtype alone would take inf)."""
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    wanted = [0, 1, -1, COORD_LIMIT, -COORD_LIMIT, COORD_LIMIT * 1.04, -(2.0 ** 61), 1e25, info.max, info.min]
+    if dtype.is_floating_point:
+        wanted += [float("nan"), float("inf"), -float("inf"), info.tiny]
+    values = [v for v in wanted if dtype.is_floating_point or info.min <= v <= info.max]
+    x = torch.tensor([float(v) if dtype.is_floating_point else int(v) for v in values]).to(dtype)
+    held = x.tolist()                                                # the values as the dtype holds them
+    expected = [not math.isfinite(v) or abs(v) > 2 ** 60 for v in held]
+    assert coordinates_outside(x).tolist() == expected
+    assert coordinates_outside(x.reshape(-1, 1).expand(-1, 3)).all(1).tolist() == expected   # elementwise
 
 
 def _too_large(dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:

@@ -82,6 +82,16 @@ def test_a_checkpoint_of_another_encoding_refuses_to_load_naming_it(saved_pe, ot
     GeoPEPointTransformerConv(4, 12, pe=saved_pe).load_state_dict(older)
 
 
+@pytest.mark.parametrize("damaged", [torch.tensor([255, 0], dtype=torch.uint8), torch.tensor(1.5), "geope"])
+def test_a_damaged_saved_encoding_name_is_an_error_naming_the_key(damaged):
+    """A saved `pe` that is not UTF-8 bytes (a damaged or hand-edited checkpoint) failed with Python's
+    "'utf-8' codec can't decode byte 0xff" or "cannot convert 'float' object to bytes", naming no key."""
+    state = GeoPEPointTransformerConv(4, 12, pe="geope").state_dict()
+    state["pe"] = damaged
+    with pytest.raises(RuntimeError, match=r"pe: expected the encoding's name as uint8 bytes, got "):
+        GeoPEPointTransformerConv(4, 12, pe="geope").load_state_dict(state)
+
+
 def test_pygs_checkpoint_loads_into_rpe_and_not_into_geope():
     torch.manual_seed(0)
     pyg = PointTransformerConv(4, 12)

@@ -20,7 +20,7 @@ import operator
 import torch
 from torch import Tensor
 
-from pointgeope.geope_checks import COORD_LIMIT, _dtype_max, _refuse, check_coordinates, check_finite  # noqa: F401
+from pointgeope.geope_checks import COORD_LIMIT, check_coordinates, check_finite  # their owner; in __all__
 
 __all__ = ["check_count", "check_finite", "check_coordinates", "check_model_dtype", "check_values", "COORD_LIMIT"]
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pointgeope.model.ops.checks import COORD_LIMIT
+from pointgeope.geope_checks import coordinates_outside
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, offset_tensor
 from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_of, serialization_depth
 
@@ -52,7 +52,7 @@ def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor
         raise ValueError(f"expected coord of shape (N, 3) float, got {tuple(coord.shape)} {coord.dtype}")
     if n == 0:
         raise ValueError("expected at least one point, got coord of shape (0, 3)")
-    outside = int((~(torch.isfinite(coord) & (coord.abs() <= COORD_LIMIT))).sum())   # one read (float16: 2^60 is inf)
+    outside = int(coordinates_outside(coord).sum())   # one read, the point ops' rule (geope_checks)
     bad = int((~torch.isfinite(coord)).sum()) if outside else 0
     if bad:
         raise ValueError(f"expected finite coord, got {bad} non-finite values (NaN or inf) in {tuple(coord.shape)}")
