@@ -227,12 +227,13 @@ def preset_step(preset: str, points: int, clouds: int):
 
 
 def count(presets: list[str], points: int, clouds: int) -> dict:
-    """Each preset's launches of its second step (the first, on the CPU's own kernels, creates the optimiser's
-    momentum buffers)."""
+    """Each preset's launches of its second step (the first, on the same path, creates the optimiser's momentum
+    buffers and what the kernels keep from call to call: the norm's zeroed tickets, ``norm_tickets``)."""
     out = {}
     for preset in presets:
         step, model, optimizer = preset_step(preset, points, clouds)
-        step()                                  # the momentum buffers (torch's kernels: the path does not matter)
+        with cuda_choices():
+            step()
         out[preset] = count_step(step, model, optimizer).summary(model)
         print(f"{preset}: {out[preset]['launches']} launches ({out[preset]['triton']} Triton), by phase "
               f"{out[preset]['by_phase']}", flush=True)

@@ -17,7 +17,7 @@ the three kernels of the backward by source point (``triton_gather``, at ``gathe
 frame's and aggregation's at every setting of ``bench_relation_backward.SWEEP`` (k = 8, width 32 and k = 16,
 width 64, bfloat16; their spills recorded, not refused: see ``gather_sweep_cases``). They launch with Triton's
 default ``enable_fp_fusion`` and promise no rounding per operation, so fused multiply-adds are counted, not
-refused. Batch norm with its ReLU: the six kernels of ``norm.py`` at its tiles for widths 3, 8, 16, 32, 64
+refused. Batch norm with its ReLU: the four kernels of ``norm.py`` at its tiles for widths 3, 8, 16, 32, 64
 (every tile of the recipe's norms, whose widths 4..512 share them), float32 and bfloat16 rows, training (batch
 statistics, running buffers updated), and at width 64 eval and float64 (fused multiply-adds counted too); the
 plain norm (no ReLU) at the same settings, the three kernels that take the activation's flag. GeoPE's shift
@@ -152,7 +152,7 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
 
 
 def norm_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
-    """The six kernels of batch norm with its ReLU at ``norm.tiles`` for each width (float32 and bfloat16 rows,
+    """The four kernels of batch norm with its ReLU at ``norm.tiles`` for each width (float32 and bfloat16 rows,
     training), and at width 64 also eval and float64 (quick: width 64, bfloat16, training); and the three that
     take the activation's flag (``RELU``) without it, the plain norm's, at the same settings (``_plain``)."""
     out = []
@@ -162,8 +162,7 @@ def norm_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
                 for batch in (True,) if quick or width != 64 or t == "fp64" else (True, False):
                     out += [case for case in _norm_at(width, t, batch, relu=relu) if relu or "RELU" in case[3]]
                 out += [case for case in _norm_at(width, t, True, prefix=True, relu=relu)    # reading the count
-                        if case[1].fn.__name__ in (("stats_partials", "stats_finish", "grad_input") if relu
-                                                   else ("grad_input",))]
+                        if case[1].fn.__name__ in (("statistics", "grad_input") if relu else ("grad_input",))]
     return out
 
 
@@ -192,7 +191,7 @@ def rotation_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
 
 def _norm_at(width: int, t: str, batch: bool, prefix: bool = False,
              relu: bool = True) -> list[tuple[str, object, dict, dict, dict]]:
-    """(name, kernel, signature, constexprs, options) of the six norm kernels as ``norm.py`` launches them;
+    """(name, kernel, signature, constexprs, options) of the four norm kernels as ``norm.py`` launches them;
     ``prefix``: a padded batch's (the statistics of the rows before ``*valid_ptr``); ``relu``: the activation
     of the three kernels that apply it (named ``_plain`` without it)."""
     f64 = t == "fp64"
@@ -201,17 +200,18 @@ def _norm_at(width: int, t: str, batch: bool, prefix: bool = False,
     sig = dict({n: f"*{t}" for n in ("x_ptr", "y_ptr", "g_ptr", "dx_ptr")},
                **{n: f"*{acc}" for n in ("mean_ptr", "m2_ptr", "stat_ptr", "sg_ptr", "sgx_ptr", "sums_ptr", "w_ptr",
                                          "b_ptr", "rm_ptr", "rv_ptr")},
-               valid_ptr="*i64", count_ptr="*i64", R="i32", C="i32", ROWS="i32", T="i32", eps="fp32", momentum="fp32")
-    rows, cols = dict(BLOCK_R=block_r, BLOCK_C=block_c), dict(BLOCK_T=block_t, BLOCK_C=block_c)
-    kernels = [("stats_partials", dict(rows, PREFIX=prefix)), ("stats_finish", dict(cols, BATCH=batch, PREFIX=prefix)),
+               valid_ptr="*i64", count_ptr="*i64", ticket_ptr="*i32", R="i32", C="i32", ROWS="i32", T="i32",
+               eps="fp32", momentum="fp32")
+    rows = dict(BLOCK_R=block_r, BLOCK_C=block_c)
+    kernels = [("statistics", dict(rows, BLOCK_T=block_t, BATCH=batch, PREFIX=prefix)),
                ("normalize", dict(rows, UPDATE=batch, COUNT=batch, RELU=relu)),
-               ("grad_partials", dict(rows, RELU=relu)), ("grad_finish", cols),
+               ("grad_sums", dict(rows, BLOCK_T=block_t, RELU=relu)),
                ("grad_input", dict(rows, BATCH=batch, PREFIX=prefix, RELU=relu))]
     options = dict(FUSED, num_warps=norm.WARPS)
     mode = (("prefix" if prefix else "train") if batch else "eval") + ("" if relu else "_plain")
     return [(f"norm_{name}_{t}_{mode}_tile{block_r}_{block_c}", getattr(triton_norm, name),
              sig, dict(meta, F64=f64), options) for name, meta in kernels
-            if batch or name in ("stats_finish", "normalize", "grad_input")]
+            if batch or name in ("statistics", "normalize", "grad_input")]
 
 
 def _gather_at(k: int, width: int, t: str, sig: dict, f64: bool, setting: dict | None = None,

@@ -9,8 +9,9 @@ Point Transformer's ``Linear-BN-ReLU`` runs over ``(N, C)`` point rows and, in t
 (without ``max(0, .)`` for :class:`BatchNorm`: the PTv1 block's third norm, whose ReLU follows the residual
 add) with the batch's mean and biased variance in training (the running buffers move by ``momentum`` towards
 the mean and the unbiased variance, as torch's) and the running ones in eval. On the Triton path
-(``triton_norm.py``) that is three launches forward and three backward, statistics and sums in float32
-(float64 for float64 inputs) whatever the input's type, reduced without atomics (deterministic); a bf16
+(``triton_norm.py``) that is two launches forward and two backward, statistics and sums in float32
+(float64 for float64 inputs) whatever the input's type, reduced in a fixed order without float atomics
+(deterministic; an int32 ticket, :mod:`~pointgeope.model.norm_tickets`, picks the program that finishes); a bf16
 input is read as bf16 (torch's bf16 batch norm was slower than its float32 one on an H200, ``docs/gpu.md``).
 
 **Same module, same checkpoints.** Both subclass ``nn.BatchNorm1d``: the same
@@ -61,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pointgeope.model import kernels, padding
+from pointgeope.model import kernels, norm_tickets, padding
 from pointgeope.model.attention_reference import torch_grads
 from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 from pointgeope.model.kernel_choice import kernel_module
@@ -85,7 +86,7 @@ def triton_kernels() -> ModuleType:
 
 def tiles(channels: int, f64: bool = False) -> tuple[int, int, int]:
     """(BLOCK_R, BLOCK_C, BLOCK_T): rows and channels of a tile (about 2048 elements, 1024 for float64, so
-    that no kernel spills: ``bench/triton_compile_check.py``) and partials per step of the finishing kernels."""
+    that no kernel spills: ``bench/triton_compile_check.py``) and partials per step of the reductions' last program."""
     import triton
 
     block_c = min(64, triton.next_power_of_2(channels))
@@ -133,17 +134,15 @@ def _statistics(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | 
     batch's rows (the first ``valid`` of them where given), or of the running buffers."""
     (r, c), f64 = x.shape, acc == torch.float64
     block_r, block_c, block_t = tiles(c, f64)
-    rows, t = partition(r, block_r)
-    k, dev = triton_kernels(), x.device
+    rows, t = partition(r, block_r) if batch_stats else (r, 1)
+    blocks, dev = -(-c // block_c), x.device
     stats = torch.empty(5, c, dtype=acc, device=dev)
     partials = torch.empty(2, t, c, dtype=acc, device=dev) if batch_stats else stats[:2]
-    if batch_stats:
-        _launch(k.stats_partials, (t, -(-c // block_c)), x, partials[0], partials[1], _count(valid, stats), r, c,
-                rows, PREFIX=valid is not None, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
-    _launch(k.stats_finish, (-(-c // block_c),), partials[0], partials[1], weight, bias,
-            stats if running_mean is None else running_mean, stats if running_var is None else running_var, stats,
-            _count(valid, stats), r, c, t, rows, eps, BATCH=batch_stats, PREFIX=valid is not None, F64=f64,
-            BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
+    with norm_tickets.taken(dev, blocks) as ticket:
+        _launch(triton_kernels().statistics, (t, blocks), x, partials[0], partials[1], weight, bias,
+                stats if running_mean is None else running_mean, stats if running_var is None else running_var, stats,
+                _count(valid, stats), ticket, r, c, t, rows, eps, BATCH=batch_stats, PREFIX=valid is not None,
+                F64=f64, BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
     return stats
 
 
@@ -207,13 +206,12 @@ def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor,
     block_r, block_c, block_t = tiles(c, f64)
     rows, t = partition(r, block_r)
     k = triton_kernels()
-    sums = torch.empty(2, c, dtype=stats.dtype, device=dev)   # grad_finish stores all of it; read only where it ran
+    sums = torch.empty(2, c, dtype=stats.dtype, device=dev)   # grad_sums stores all of it; read only where it ran
     if batch_stats or needs[1] or needs[2]:
         partials = torch.empty(2, t, c, dtype=stats.dtype, device=dev)
-        _launch(k.grad_partials, (t, -(-c // block_c)), x, g, stats, partials[0], partials[1], r, c, rows, RELU=relu,
-                F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
-        _launch(k.grad_finish, (-(-c // block_c),), partials[0], partials[1], sums, c, t, F64=f64, BLOCK_T=block_t,
-                BLOCK_C=block_c, device=dev)
+        with norm_tickets.taken(dev, -(-c // block_c)) as ticket:
+            _launch(k.grad_sums, (t, -(-c // block_c)), x, g, stats, partials[0], partials[1], sums, ticket, r, c, t,
+                    rows, RELU=relu, F64=f64, BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
     dx = None
     if needs[0]:
         dx = torch.empty_like(x)

@@ -13,9 +13,13 @@ and the adjoint, with ``gm = g [x scale + shift > 0]`` (the ReLU's mask; ``gm = 
     dx   = scale_c (gm - db_c / R - xhat dw_c / R)     (batch statistics; with fixed ones dx = scale_c gm)
 
 Statistics and sums are kept in float32 (float64 for float64 inputs) whatever the input's type (bfloat16
-reads half the bytes). The reductions are deterministic, without atomics: program ``t`` of
-:func:`stats_partials` (and :func:`grad_partials`) reduces its own ``ROWS`` rows to one partial row of a
-``(T, C)`` buffer, :func:`stats_finish` (:func:`grad_finish`) reduces the ``T`` partials in a fixed order.
+reads half the bytes). The reductions are deterministic, without float atomics, in one launch each:
+program ``(t, b)`` of :func:`statistics` (and :func:`grad_sums`) reduces its own ``ROWS`` rows of channel
+block ``b`` to one partial row of a ``(T, C)`` buffer, then takes an int32 ticket of its channel block (an
+atomic add after a barrier of its threads, acquire-release: :func:`_last`); the program whose ticket is
+``T - 1`` stored the last partial and reduces the ``T`` of them in a fixed order (read past L1), so the result
+is the same bits whichever program comes last. That program sets the ticket back to 0: a launch leaves the
+tickets (``norm_tickets.py``: one zeroed buffer per device and stream, kept) as it found them.
 The mean and variance are combined by Chan's formula (count ``n``, mean ``m``, centred sum of squares ``M2``)::
 
     n = n_a + n_b     d = m_b - m_a     m = m_a + d n_b / n     M2 = M2_a + M2_b + d^2 n_a n_b / n
@@ -27,9 +31,10 @@ fails to compile or launch leaves them for the torch path that replaces it.
 
 As ``triton_attention.py``: decorated in the mode ``TRITON_INTERPRET`` asks for at import (``INTERPRET``;
 ``norm.triton_kernels`` reloads), sums by ``tl.reduce`` with ``triton_attention``'s combine function ``_add``
-(taken from its owner, decorated in this same mode), zeros by ``tl.full``; offsets int64 (``R C`` passes 2^31
-at 20M pairs of 128 channels). The activation is a compile-time flag (``RELU``) of the three kernels that apply
-it (:func:`normalize`, :func:`grad_partials`, :func:`grad_input`): one set of kernels for both norms.
+(taken from its owner, decorated in this same mode), zeros by ``tl.full``; row offsets int64 (``R C`` passes
+2^31 at 20M pairs of 128 channels), the partials' int32 (``T <= 1024``). The activation is a compile-time flag
+(``RELU``) of the three kernels that apply it (:func:`normalize`, :func:`grad_sums`, :func:`grad_input`): one
+set of kernels for both norms.
 """
 import triton
 import triton.language as tl
@@ -50,17 +55,27 @@ def _merge(count, mean, m2, nb, mb, m2b):
 
 
 @triton.jit
-def stats_partials(x_ptr, mean_ptr, m2_ptr, valid_ptr, R, C, ROWS, PREFIX: tl.constexpr, F64: tl.constexpr,
+def _last(ticket_ptr, T):
+    """Whether this program, having stored its partial row, is the last of the ``T`` of its channel block
+    (``program_id(1)``) to do so: its int32 ticket (an atomic add, acquire-release after a barrier of its
+    threads) is ``T - 1``. That program sets the ticket back to 0 for the next launch. The callers run the
+    reduction in every program, its steps ``tl.where(last, T, 0)`` and its stores masked by ``last``: an
+    ``if last`` branch spilled a register in :func:`grad_sums` on sm_80 (``bench/triton_compile_check.py``). The
+    mask is ``cols < where(last, C, 0)``, not ``cmask & last``: the interpreter makes the latter int32."""
+    tl.debug_barrier()                  # every thread's stores of the partial before the ticket
+    ticket = tl.atomic_add(ticket_ptr + tl.program_id(1), 1, sem="acq_rel")
+    last = ticket == T - 1
+    tl.store(ticket_ptr + tl.program_id(1), 0, mask=last)
+    return last
+
+
+@triton.jit
+def _partial_stats(x_ptr, mean_ptr, m2_ptr, counted, cols, cmask, C, ROWS, F64: tl.constexpr,
                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Program (t, b): mean and M2 of rows ``[t ROWS, (t + 1) ROWS)`` of channels ``b BLOCK_C + [0, BLOCK_C)``
-    into row ``t`` of ``mean_ptr``, ``m2_ptr`` (T, C), combined block by block of ``BLOCK_R`` rows; with
-    ``PREFIX`` only the rows before ``*valid_ptr`` count (a padded batch's real rows)."""
+    """Mean and M2 of rows ``[t ROWS, (t + 1) ROWS)`` (``t = program_id(0)``; only those before ``counted``)
+    of channels ``cols`` into row ``t`` of ``mean_ptr``, ``m2_ptr`` (T, C), combined block by block of
+    ``BLOCK_R`` rows."""
     acc = tl.float64 if F64 else tl.float32
-    counted = R
-    if PREFIX:
-        counted = tl.load(valid_ptr)
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
     start = tl.program_id(0).to(tl.int64) * ROWS
     count = tl.full([BLOCK_C], 0.0, acc)
     mean = tl.full([BLOCK_C], 0.0, acc)
@@ -81,41 +96,35 @@ def stats_partials(x_ptr, mean_ptr, m2_ptr, valid_ptr, R, C, ROWS, PREFIX: tl.co
 
 
 @triton.jit
-def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, valid_ptr, R, C, T, ROWS, eps,
-                 BATCH: tl.constexpr, PREFIX: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr,
-                 BLOCK_C: tl.constexpr):
-    """Program b: the ``(5, C)`` statistics of channels ``b BLOCK_C + [0, BLOCK_C)``: with ``BATCH`` from the
-    ``T`` partials (partial ``t`` holds ``min(ROWS, n - t ROWS)`` rows, none below 0, of the ``n`` counted:
-    ``R``, or with ``PREFIX`` ``*valid_ptr``), else from the running buffers."""
+def _finish_stats(mean_ptr, m2_ptr, counted, cols, cmask, C, T, steps, ROWS, F64: tl.constexpr,
+                  BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(mean, biased variance, unbiased variance) of channels ``cols`` from the ``T`` partials, in a fixed
+    order (partial ``t`` holds ``min(ROWS, counted - t ROWS)`` rows, none below 0), ``steps`` of them (``T``,
+    or 0: no step); read past L1 (``.cg``): the other programs stored them in this launch."""
     acc = tl.float64 if F64 else tl.float32
-    counted = R
-    if PREFIX:
-        counted = tl.load(valid_ptr)
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
-    if BATCH:
-        count = tl.full([BLOCK_C], 0.0, acc)
-        mean = tl.full([BLOCK_C], 0.0, acc)
-        m2 = tl.full([BLOCK_C], 0.0, acc)
-        t0 = tl.program_id(0).to(tl.int64) * 0          # an int64 zero
-        while t0 < T:
-            ts = t0 + tl.arange(0, BLOCK_T)
-            mask = (ts < T)[:, None] & cmask[None, :]
-            nt = tl.where(mask, tl.maximum(tl.minimum(ROWS, counted - ts * ROWS), 0)[:, None].to(acc), 0.0)
-            offs = ts[:, None] * C + cols[None, :]
-            mt = tl.load(mean_ptr + offs, mask=mask, other=0.0)
-            nb = tl.reduce(nt, 0, _add)
-            mb = tl.reduce(nt * mt, 0, _add) / tl.maximum(nb, 1.0)
-            d = tl.where(mask, mt - mb[None, :], 0.0)
-            m2b = tl.reduce(tl.load(m2_ptr + offs, mask=mask, other=0.0) + nt * d * d, 0, _add)
-            count, mean, m2 = _merge(count, mean, m2, nb, mb, m2b)
-            t0 += BLOCK_T
-        var = m2 / counted
-        unbiased = m2 / tl.maximum(counted - 1, 1)
-    else:
-        mean = tl.load(rm_ptr + cols, mask=cmask, other=0.0).to(acc)
-        var = tl.load(rv_ptr + cols, mask=cmask, other=1.0).to(acc)
-        unbiased = var
+    count = tl.full([BLOCK_C], 0.0, acc)
+    mean = tl.full([BLOCK_C], 0.0, acc)
+    m2 = tl.full([BLOCK_C], 0.0, acc)
+    t0 = tl.program_id(0) * 0       # int32: T <= 1024, the lanes that count stay below R (int64 spilled at fp64)
+    while t0 < steps:
+        ts = t0 + tl.arange(0, BLOCK_T)
+        mask = (ts < T)[:, None] & cmask[None, :]
+        nt = tl.where(mask, tl.maximum(tl.minimum(ROWS, counted - ts * ROWS), 0)[:, None].to(acc), 0.0)
+        offs = ts[:, None] * C + cols[None, :]
+        mt = tl.load(mean_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        nb = tl.reduce(nt, 0, _add)
+        mb = tl.reduce(nt * mt, 0, _add) / tl.maximum(nb, 1.0)
+        d = tl.where(mask, mt - mb[None, :], 0.0)
+        m2b = tl.reduce(tl.load(m2_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg") + nt * d * d, 0, _add)
+        count, mean, m2 = _merge(count, mean, m2, nb, mb, m2b)
+        t0 += BLOCK_T
+    return mean, m2 / counted, m2 / tl.maximum(counted - 1, 1)
+
+
+@triton.jit
+def _store_stats(stat_ptr, w_ptr, b_ptr, mean, var, unbiased, eps, cols, cmask, C, F64: tl.constexpr):
+    """The ``(5, C)`` statistics of channels ``cols`` (module docstring) from their mean and variances."""
+    acc = tl.float64 if F64 else tl.float32
     invstd = 1.0 / tl.sqrt(var + eps)
     scale = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(acc) * invstd
     shift = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(acc) - mean * scale
@@ -124,6 +133,32 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, valid
     tl.store(stat_ptr + 2 * C + cols, scale, mask=cmask)
     tl.store(stat_ptr + 3 * C + cols, shift, mask=cmask)
     tl.store(stat_ptr + 4 * C + cols, unbiased, mask=cmask)
+
+
+@triton.jit
+def statistics(x_ptr, mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, valid_ptr, ticket_ptr, R, C, T,
+               ROWS, eps, BATCH: tl.constexpr, PREFIX: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr,
+               BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program (t, b), channels ``b BLOCK_C + [0, BLOCK_C)``: with ``BATCH`` (grid ``(T, B)``) its partial row
+    ``t`` (:func:`_partial_stats`; with ``PREFIX`` of the rows before ``*valid_ptr`` only, else of all ``R``),
+    and the last program of the channel block to store its partial (:func:`_last`) reduces the ``T`` partials
+    into the ``(5, C)`` statistics; without (grid ``(1, B)``) the statistics of the running buffers."""
+    acc = tl.float64 if F64 else tl.float32
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    if BATCH:
+        counted = R
+        if PREFIX:      # int32 as R (an int64 count made the reduction's tile int64: a spill in Triton 3.6)
+            counted = tl.load(valid_ptr).to(tl.int32)
+        _partial_stats(x_ptr, mean_ptr, m2_ptr, counted, cols, cmask, C, ROWS, F64, BLOCK_R, BLOCK_C)
+        last = _last(ticket_ptr, T)     # the reduction's steps and stores in the last program only
+        mean, var, unbiased = _finish_stats(mean_ptr, m2_ptr, counted, cols, cmask, C, T, tl.where(last, T, 0),
+                                            ROWS, F64, BLOCK_T, BLOCK_C)
+        _store_stats(stat_ptr, w_ptr, b_ptr, mean, var, unbiased, eps, cols, cols < tl.where(last, C, 0), C, F64)
+    else:
+        mean = tl.load(rm_ptr + cols, mask=cmask, other=0.0).to(acc)
+        var = tl.load(rv_ptr + cols, mask=cmask, other=1.0).to(acc)
+        _store_stats(stat_ptr, w_ptr, b_ptr, mean, var, var, eps, cols, cmask, C, F64)
 
 
 @triton.jit
@@ -163,10 +198,11 @@ def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, count_ptr, R, C, momentum,
 
 
 @triton.jit
-def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, RELU: tl.constexpr, F64: tl.constexpr,
-                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def grad_sums(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, sums_ptr, ticket_ptr, R, C, T, ROWS, RELU: tl.constexpr,
+              F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """Program (t, b): ``sum gm`` and ``sum gm xhat`` of rows ``[t ROWS, (t + 1) ROWS)`` into row ``t`` of
-    ``sg_ptr``, ``sgx_ptr`` (T, C)."""
+    ``sg_ptr``, ``sgx_ptr`` (T, C); the last program of the channel block to store its partial (:func:`_last`)
+    sums the ``T`` partials in order into ``sums (2, C)``: ``db`` (row 0), ``dw`` (row 1)."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -193,23 +229,26 @@ def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, RELU: tl.
     t = tl.program_id(0).to(tl.int64) * C
     tl.store(sg_ptr + t + cols, sg, mask=cmask)
     tl.store(sgx_ptr + t + cols, sgx, mask=cmask)
+    last = _last(ticket_ptr, T)
+    _finish_sums(sg_ptr, sgx_ptr, sums_ptr, cols, cols < tl.where(last, C, 0), C, T, tl.where(last, T, 0), F64,
+                 BLOCK_T, BLOCK_C)
 
 
 @triton.jit
-def grad_finish(sg_ptr, sgx_ptr, sums_ptr, C, T, F64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Program b: the ``T`` partials summed in order into ``sums (2, C)``: ``db`` (row 0), ``dw`` (row 1)."""
+def _finish_sums(sg_ptr, sgx_ptr, sums_ptr, cols, cmask, C, T, steps, F64: tl.constexpr, BLOCK_T: tl.constexpr,
+                 BLOCK_C: tl.constexpr):
+    """The ``T`` partials of channels ``cols`` summed in order into ``sums (2, C)``, ``steps`` of them (``T``, or
+    0), read past L1 (as :func:`_finish_stats`)."""
     acc = tl.float64 if F64 else tl.float32
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
     sg = tl.full([BLOCK_C], 0.0, acc)
     sgx = tl.full([BLOCK_C], 0.0, acc)
-    t0 = tl.program_id(0).to(tl.int64) * 0              # an int64 zero
-    while t0 < T:
+    t0 = tl.program_id(0) * 0       # int32, as in _finish_stats
+    while t0 < steps:
         ts = t0 + tl.arange(0, BLOCK_T)
         mask = (ts < T)[:, None] & cmask[None, :]
         offs = ts[:, None] * C + cols[None, :]
-        sg += tl.reduce(tl.load(sg_ptr + offs, mask=mask, other=0.0), 0, _add)
-        sgx += tl.reduce(tl.load(sgx_ptr + offs, mask=mask, other=0.0), 0, _add)
+        sg += tl.reduce(tl.load(sg_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg"), 0, _add)
+        sgx += tl.reduce(tl.load(sgx_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg"), 0, _add)
         t0 += BLOCK_T
     tl.store(sums_ptr + cols, sg, mask=cmask)
     tl.store(sums_ptr + C + cols, sgx, mask=cmask)

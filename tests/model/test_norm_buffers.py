@@ -2,9 +2,10 @@
 launched): the statistics ``(5, C)``, the partials ``(2, T, C)`` and the backward's sums ``(2, C)``. Each is
 stored in full by the kernel that fills it before any kernel reads it, or not read at all (fixed statistics and
 no parameter gradient: the sums), so whatever memory they get, the results are the same bits. Checked by the
-finishing kernel's stores on a buffer of NaN, and by every path of the modules (training and eval, with and
-without ReLU, float32, float64 and bfloat16 rows, frozen parameters, a padded batch's real rows) with every
-``torch.empty`` of norm.py filled with NaN, against the same module on fresh memory, under the interpreter."""
+reducing kernels' stores (the last program's of each channel block) on buffers of NaN, and by every path of the
+modules (training and eval, with and without ReLU, float32, float64 and bfloat16 rows, frozen parameters, a padded
+batch's real rows) with every ``torch.empty`` of norm.py filled with NaN, against the same module on fresh memory,
+under the interpreter."""
 from __future__ import annotations
 
 import contextlib
@@ -15,25 +16,67 @@ import pytest
 import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import kernels, norm, padding
+from pointgeope.model import kernels, norm, norm_tickets, padding
 from tests.model.test_kernels import Failing
 
 
-@pytest.mark.parametrize("channels", [3, 70, 130])
+def _tiled(channels: int, f64: bool, partials: int) -> tuple[int, int, int, int, int]:
+    """(rows, ROWS, BLOCK_R, BLOCK_T, BLOCK_C) for ``partials`` programs along the rows at ``norm.tiles``, the
+    last one short of its ``ROWS`` rows."""
+    block_r, block_c, block_t = norm.tiles(channels, f64)
+    return partials * block_r - block_r // 2, block_r, block_r, block_t, block_c
+
+
+@pytest.mark.parametrize("channels, partials", [(3, 5), (70, 67), (130, 67)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_grad_finish_stores_both_sums_of_every_channel(interpreted, channels, dtype):
-    """Channels no multiple of the tile and several channel tiles, more partials than one step of the kernel
-    takes: each of the ``2 C`` sums is the sum of its ``T`` partials, none left as the buffer held it (NaN)."""
+def test_grad_sums_stores_both_sums_of_every_channel(interpreted, channels, partials, dtype):
+    """Channels no multiple of the tile and several channel tiles, 67 partials (more than two steps of the last
+    program's reduction): each of the ``2 C`` sums (``sum g``, ``sum g (x - mean) invstd``, no ReLU) is the float64
+    sum of the definition, none left as the buffer held it (NaN), the partials' buffer NaN before as well."""
     f64 = dtype == torch.float64
-    _, block_c, block_t = norm.tiles(channels, f64)
-    t = 2 * block_t + 3
-    partials = torch.randn(2, t, channels, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    rows, per, block_r, block_t, block_c = _tiled(channels, f64, partials)
+    g = torch.Generator().manual_seed(0)
+    x, up = torch.randn(rows, channels, generator=g, dtype=dtype), torch.randn(rows, channels, generator=g, dtype=dtype)
+    stats = torch.randn(5, channels, generator=g, dtype=dtype)
+    stats[1] = stats[1].abs() + 0.5
+    scratch = torch.full((2, partials, channels), float("nan"), dtype=dtype)
     sums = torch.full((2, channels), float("nan"), dtype=dtype)
-    norm._launch(norm.triton_kernels().grad_finish, (-(-channels // block_c),), partials[0], partials[1], sums,
-                 channels, t, F64=f64, BLOCK_T=block_t, BLOCK_C=block_c, device=sums.device)
+    with norm_tickets.taken(x.device, -(-channels // block_c)) as tickets:
+        norm._launch(norm.triton_kernels().grad_sums, (partials, -(-channels // block_c)), x, up, stats, scratch[0],
+                     scratch[1], sums, tickets, rows, channels, partials, per, RELU=False, F64=f64, BLOCK_R=block_r,
+                     BLOCK_T=block_t, BLOCK_C=block_c, device=x.device)
     assert not sums.isnan().any()
-    tol = 1e-12 if f64 else 1e-5
-    torch.testing.assert_close(sums, partials.sum(1), rtol=tol, atol=tol)
+    x64, up64, s64 = x.double(), up.double(), stats.double()
+    want = torch.stack([up64.sum(0), (up64 * (x64 - s64[0]) * s64[1]).sum(0)])
+    tol = 1e-10 if f64 else 1e-4
+    torch.testing.assert_close(sums.double(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("channels, partials", [(3, 5), (70, 67), (130, 67)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_statistics_stores_every_row_of_every_channel(interpreted, channels, partials, dtype):
+    """The training statistics into a ``(5, C)`` buffer of NaN (the partials' too): mean, ``1 / sqrt(var + eps)``,
+    scale ``w invstd``, shift ``b - mean scale`` and the unbiased variance of every channel, as float64 torch
+    computes them from the rows."""
+    f64 = dtype == torch.float64
+    rows, per, block_r, block_t, block_c = _tiled(channels, f64, partials)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(rows, channels, generator=g, dtype=dtype) * 3 + 2
+    w, b = torch.rand(channels, generator=g, dtype=dtype) + 0.5, torch.randn(channels, generator=g, dtype=dtype)
+    stats = torch.full((5, channels), float("nan"), dtype=dtype)
+    scratch = torch.full((2, partials, channels), float("nan"), dtype=dtype)
+    eps = 1e-5
+    with norm_tickets.taken(x.device, -(-channels // block_c)) as tickets:
+        norm._launch(norm.triton_kernels().statistics, (partials, -(-channels // block_c)), x, scratch[0], scratch[1],
+                     w, b, stats, stats, stats, stats, tickets, rows, channels, partials, per, eps, BATCH=True,
+                     PREFIX=False, F64=f64, BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=x.device)
+    assert not stats.isnan().any()
+    x64 = x.double()
+    mean, var = x64.mean(0), x64.var(0, unbiased=False)
+    invstd = 1 / torch.sqrt(var + eps)
+    want = torch.stack([mean, invstd, w.double() * invstd, b.double() - mean * w.double() * invstd, x64.var(0)])
+    tol = 1e-10 if f64 else 1e-5
+    torch.testing.assert_close(stats.double(), want, rtol=tol, atol=tol)
 
 
 class _Poisoned:

@@ -21,10 +21,9 @@ KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "li
          for way in ("forward", "backward")} \
     | {f"att_{op}_gather_bf16_k16" for op in ("relation", "frame", "aggregate")} \
     | {"att_aggregate_backward_atomic_bf16", "att_frame_backward_turned_bf16"}   # the other ways to sum
-NORM_KINDS = {f"norm_{kernel}_bf16_train" for kernel in ("stats_partials", "stats_finish", "normalize",
-                                                          "grad_partials", "grad_finish", "grad_input")} \
-    | {f"norm_{kernel}_bf16_prefix" for kernel in ("stats_partials", "stats_finish", "grad_input")} \
-    | {f"norm_{kernel}_bf16_train_plain" for kernel in ("normalize", "grad_partials", "grad_input")} \
+NORM_KINDS = {f"norm_{kernel}_bf16_train" for kernel in ("statistics", "normalize", "grad_sums", "grad_input")} \
+    | {f"norm_{kernel}_bf16_prefix" for kernel in ("statistics", "grad_input")} \
+    | {f"norm_{kernel}_bf16_train_plain" for kernel in ("normalize", "grad_sums", "grad_input")} \
     | {"norm_grad_input_bf16_prefix_plain"}     # the plain norm's: the kernels that take the ReLU's flag
 ROT_KINDS = {f"rot_shifted_{t}{way}_sm90" for t in ("fp32", "bf16") for way in ("", "_transpose")} \
     | {"rot_tables_fp32_sm90"}                   # GeoPE's shift tables: apply_shifted, the tables

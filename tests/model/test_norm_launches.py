@@ -1,0 +1,157 @@
+"""Tests of how many Triton kernels pointgeope/model/norm.py launches a call (in the eager step each launch is host
+time: ``docs/gpu.md``), counted at Triton's launch point under the interpreter, with the results still torch's
+``BatchNorm1d`` (and ``relu``); and of the int32 tickets (norm_tickets.py) by which the last program of a reducing
+launch finishes its partials: left at zero after every launch, dropped when a launch stops part way."""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
+from pointgeope.model import kernels, norm, norm_tickets, padding
+
+
+@pytest.fixture
+def launched(interpreted):
+    """The names of the Triton kernels launched (``InterpretedFunction.run``, warm-ups not counted), in order."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    names, run = [], InterpretedFunction.run
+
+    def counted(fn, *args, **kwargs):
+        if not kwargs.get("warmup"):
+            names.append(fn.__name__)
+        return run(fn, *args, **kwargs)
+    interpreted.setattr(InterpretedFunction, "run", counted)
+    return names
+
+
+def _pair(relu: bool, channels: int, train: bool, frozen: bool = False):
+    """The module under test and torch's ``BatchNorm1d`` with the same random parameters and buffers."""
+    g = torch.Generator().manual_seed(5)
+    ours = (norm.BatchNormReLU if relu else norm.BatchNorm)(channels).train(train)
+    with torch.no_grad():
+        ours.weight.copy_(torch.rand(channels, generator=g) + 0.5)
+        ours.bias.copy_(torch.randn(channels, generator=g))
+        ours.running_mean.copy_(torch.randn(channels, generator=g))
+        ours.running_var.copy_(torch.rand(channels, generator=g) + 0.5)
+    ref = torch.nn.BatchNorm1d(channels).train(train)
+    ref.load_state_dict(ours.state_dict())
+    ours.requires_grad_(not frozen), ref.requires_grad_(not frozen)
+    return ours, ref
+
+
+def _forward_backward(module, x, g, relu_after=False, valid=None, launched=None):
+    """Output, gradients asked for and the Triton launches of the forward and of the backward (where counted)."""
+    x = x.detach().requires_grad_()
+    rows = padding.batch_rows({x.shape[0]: torch.tensor(valid)}) if valid is not None else contextlib.nullcontext()
+    with rows:
+        y = module(x)
+    y = torch.relu(y) if relu_after else y
+    forward = list(launched) if launched is not None else None
+    y.backward(g)
+    backward = launched[len(forward):] if launched is not None else None
+    grads = [t.grad for t in (x, module.weight, module.bias) if t.requires_grad]
+    return [y.detach(), *grads], forward, backward
+
+
+# (relu, train, frozen) -> (forward launches, backward launches)
+COUNTS = {(True, True, False): (2, 2), (False, True, False): (2, 2), (True, False, False): (2, 2),
+          (True, False, True): (2, 1), (True, True, True): (2, 2)}
+
+
+@pytest.mark.parametrize("relu, train, frozen", list(COUNTS))
+def test_a_call_launches_two_kernels_forward_and_two_backward(launched, relu, train, frozen):
+    """Training: the statistics (partials and their reduction, one launch) and the normalisation; backward the
+    sums (partials and their reduction, one launch) and ``dx``. Eval: the running statistics and the
+    normalisation; backward one kernel fewer where no parameter asks for a gradient and the statistics are
+    fixed. 130 channels (three channel blocks), 3000 rows (94 partials: three steps of the reduction). The
+    results are torch's ``BatchNorm1d`` (and ``relu``)'s."""
+    ours, ref = _pair(relu, 130, train, frozen)
+    g = torch.Generator().manual_seed(6)
+    x, up = torch.randn(3000, 130, generator=g) * 2 + 1, torch.randn(3000, 130, generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", kernels.KernelFallbackWarning)
+        got, forward, backward = _forward_backward(ours, x, up, launched=launched)
+    want, _, _ = _forward_backward(ref, x, up, relu_after=relu)
+    assert (len(forward), len(backward)) == COUNTS[relu, train, frozen], (forward, backward)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4 * max(1.0, float(b.abs().max())))
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(ours, name), getattr(ref, name), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_a_padded_batch_launches_two_kernels_each_way(launched, relu):
+    """A padded batch's real rows (the CUDA-graph step's case): two launches each way, the statistics those of
+    the first ``valid`` rows (torch's ``BatchNorm1d`` on them, the padding's rows given no gradient, as a loss
+    that does not read them; their ``dx``, of the fixed statistics, not compared here)."""
+    ours, ref = _pair(relu, 70, True)
+    g = torch.Generator().manual_seed(7)
+    x, up = torch.randn(1200, 70, generator=g) * 2 + 1, torch.randn(1200, 70, generator=g)
+    valid = 1000
+    up[valid:] = 0
+    got, forward, backward = _forward_backward(ours, x, up, valid=valid, launched=launched)
+    want, _, _ = _forward_backward(ref, x[:valid], up[:valid], relu_after=relu)
+    assert (len(forward), len(backward)) == (2, 2), (forward, backward)
+    for a, b in zip([got[0][:valid], got[1][:valid], *got[2:]], want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4 * max(1.0, float(b.abs().max())))
+
+
+def test_the_tickets_are_left_at_zero(interpreted):
+    """After a training forward and backward of three channel blocks, every ticket is 0 again: the next launch's
+    starting point (a ticket left counted would make an earlier program take the partials as all stored)."""
+    module = norm.BatchNormReLU(130).train()
+    x = torch.randn(500, 130, requires_grad=True)
+    module(x).sum().backward()
+    with norm_tickets.taken(x.device, 3) as tickets:
+        assert tickets.dtype == torch.int32 and int(tickets.count_nonzero()) == 0
+
+
+class _StoppedPartWay:
+    """Stands in for the statistics kernel: launches all its programs but the last row of partials (their tickets
+    taken, none the last), then raises, as a launch stopped part way."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.kernel[(grid[0] - 1, *grid[1:])](*args, **kwargs)
+            raise RuntimeError("stopped part way (injected)")
+        return launch
+
+
+def test_a_launch_stopped_part_way_leaves_no_ticket_counted(interpreted):
+    """The statistics launch stops after all but its last row of programs took their tickets: the torch path
+    answers (a fallback), and the next call on the kernels (the failure forgotten) has its statistics right:
+    the tickets it found were fresh zeros, not the stopped launch's counts."""
+    k = norm.triton_kernels()
+    ours, ref = _pair(True, 70, True)
+    x = torch.randn(300, 70, generator=torch.Generator().manual_seed(8)) * 2 + 1
+    interpreted.setattr(k, "statistics", _StoppedPartWay(k.statistics))
+    with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
+        torch.testing.assert_close(ours(x), torch.relu(ref(x)), rtol=1e-5, atol=1e-5)
+    interpreted.undo()              # the kernel back, the interpreter and the Triton path again
+    interpreted.setenv("TRITON_INTERPRET", "1")
+    interpreted.setenv("POINTGEOPE_KERNELS", "triton")
+    kernels.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", kernels.KernelFallbackWarning)
+        y = ours(x)
+    torch.testing.assert_close(y, torch.relu(ref(x)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours.running_var, ref.running_var, rtol=1e-6, atol=1e-6)
+
+
+def test_taken_drops_the_tickets_of_a_launch_that_raised(interpreted):
+    """A launch raising inside :func:`norm_tickets.taken` (its tickets maybe counted: here one set to 3): the
+    error goes on, and the next ``taken`` hands a zeroed buffer."""
+    device = torch.device("cpu")
+    with pytest.raises(KeyboardInterrupt), norm_tickets.taken(device, 2) as tickets:
+        tickets[1] = 3
+        raise KeyboardInterrupt
+    with norm_tickets.taken(device, 2) as fresh:
+        assert int(fresh.count_nonzero()) == 0 and fresh.numel() >= 2
