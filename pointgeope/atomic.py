@@ -146,13 +146,20 @@ def is_leftover(name: str) -> bool:
 
 def remove_leftovers(folder: str | Path, recursive: bool = True) -> list[Path]:
     """Delete the temporary files that a killed writer left in ``folder`` and (``recursive``) its sub-folders;
-    returns them. Call it only while holding the lock of every folder it searches (:mod:`pointgeope.lock`):
-    a live writer's temporary file looks the same."""
+    returns them. Call it only while holding the lock of ``folder`` (:mod:`pointgeope.lock`): a live writer's
+    temporary file looks the same. A sub-folder that holds a lock file of its own
+    (:func:`pointgeope.lock.has_lock_file`: a ``predict --out`` made in a fold folder, a data root in a raw
+    folder) is another writer's, which may be writing there now: neither it nor the folders below it are
+    searched. Symbolic links to folders are not followed."""
+    from pointgeope.lock import has_lock_file  # (lock.py imports this module)
+
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = folder.rglob(".*.tmp*") if recursive else folder.glob(".*.tmp*")
-    removed = [p for p in found if p.is_file() and is_leftover(p.name)]
+    removed = []
+    for root, dirs, files in os.walk(folder):
+        removed += [Path(root, name) for name in sorted(files) if is_leftover(name) and Path(root, name).is_file()]
+        dirs[:] = sorted(d for d in dirs if recursive and not has_lock_file(Path(root, d)))
     for path in removed:
         path.unlink(missing_ok=True)
     return removed

@@ -148,3 +148,27 @@ def test_a_stop_as_the_temporary_file_is_created_leaves_no_file(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt), atomic_path(tmp_path / "out.h5"):
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_leftovers_are_not_searched_for_in_another_writers_folder(tmp_path):
+    """A folder made inside the one being cleared that holds a lock file of its own is another command's
+    output folder (a `predict --out` in a fold folder, a data root prepared inside a raw folder): its writer
+    may be writing its temporary files now, under its own lock. `evaluate`, `train`, `prepare` and `synth`
+    cleared every sub-folder, and so deleted a live writer's temporary file, which its rename then lacked."""
+    from pointgeope.atomic import remove_leftovers
+
+    name = ".Area_1.h5.0a1b2c3d.tmp.h5"
+    for sub in ("predictions", "pred", "pred/Area_2", "h5", "h5/deeper"):
+        (tmp_path / sub).mkdir(parents=True)
+        (tmp_path / sub / name).write_text("half")
+    (tmp_path / "pred" / ".lock").write_text("{}")        # a predict writing here now
+    (tmp_path / "h5" / ".readers.lock").write_text("")    # a prepared data root
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / name).write_text("not below")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # a link to a folder: not followed
+    (tmp_path / name).write_text("half")
+    removed = remove_leftovers(tmp_path)
+    assert sorted(removed) == [tmp_path / name, tmp_path / "elsewhere" / name, tmp_path / "predictions" / name]
+    kept = ["h5", "h5/deeper", "pred", "pred/Area_2"]
+    assert sorted(p.parent.relative_to(tmp_path).as_posix() for p in tmp_path.rglob(name)) == kept
+    assert remove_leftovers(tmp_path / "pred", recursive=False) == [tmp_path / "pred" / name]  # its own writer's
