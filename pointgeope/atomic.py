@@ -37,8 +37,10 @@ class DiskFullError(UserError):
             err = err.__cause__ or err.__context__
 
 
-# The temporary files of atomic_path: ".<name>.<8 random characters>.tmp<suffix>".
-_LEFTOVER = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp(\.[^/]*)?")
+# The temporary files of atomic_path: ".<name>.<8 hex digits>.tmp<suffix>" (secrets.token_hex(4), the suffix a
+# Path.suffix), nothing wider: another program's temporary file in a folder written here (`predict --out .`), such
+# as Python's tempfile.mkstemp(prefix=".<name>.", suffix=".tmp") makes (8 of [a-z0-9_]), is not ours to delete.
+_LEFTOVER = re.compile(r"\..+\.[0-9a-f]{8}\.tmp(\.[^./]+)?")
 
 
 def _umask() -> int:

@@ -172,3 +172,30 @@ def test_leftovers_are_not_searched_for_in_another_writers_folder(tmp_path):
     kept = ["h5", "h5/deeper", "pred", "pred/Area_2"]
     assert sorted(p.parent.relative_to(tmp_path).as_posix() for p in tmp_path.rglob(name)) == kept
     assert remove_leftovers(tmp_path / "pred", recursive=False) == [tmp_path / "pred" / name]  # its own writer's
+
+
+def test_only_the_names_atomic_path_makes_are_leftovers(tmp_path):
+    """The names of atomic_path's temporary files are leftovers; another program's temporary file in a folder
+    written here (`predict --out .`), named as Python's mkstemp names them (8 of [a-z0-9_]), is not: it was
+    deleted as ours."""
+    import tempfile
+    from pathlib import Path
+
+    from pointgeope.atomic import is_leftover, remove_leftovers
+
+    made = []
+    for target in ("Area_1.h5", "last.pt", "notes", "a b.tar.gz"):
+        with atomic_path(tmp_path / target) as tmp:
+            made.append(tmp.name)
+            assert is_leftover(tmp.name) and remove_leftovers(tmp_path) == [tmp]
+            tmp.write_text("written")  # deleted by remove_leftovers: written again for the rename
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["Area_1.h5", "last.pt", "notes", "a b.tar.gz"])
+    others = [tmp_path / ".draft.txt.k2_x9qzp.tmp", tmp_path / ".x.npy.zzzzzzzz.tmp.npy",
+              tmp_path / ".a.0a1b2c3d.tmp.npy.part"]
+    for path in others:
+        path.write_text("another program's")
+    fd, name = tempfile.mkstemp(prefix=".report.md.", suffix=".tmp", dir=tmp_path)
+    os.close(fd)
+    if any(c not in "0123456789abcdef" for c in Path(name).name.split(".")[-2]):  # 1 in 500 is all hex
+        others.append(Path(name))
+    assert remove_leftovers(tmp_path) == [] and all(p.exists() for p in others)
