@@ -3,7 +3,9 @@ the old file or the complete new one, never a half-written file.
 
 Each writer gets a temporary file in the target's folder (so ``os.replace`` is a rename on one file
 system, and the suffix is kept for writers that pick a format from it), which is flushed to disk and
-renamed over the target on success, and deleted on any error.
+renamed over the target on success, and deleted on any error. A ``kill -9`` leaves it: the next writer
+that holds the folder's lock removes it (:func:`remove_leftovers`). A writer without a lock on the folder
+(``viz``) writes through a file without a name instead (:func:`atomic_unnamed`), which a kill leaves nothing of.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -20,8 +23,8 @@ from typing import IO
 
 from pointgeope.errors import FULL_DISK, UserError
 
-__all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "is_leftover", "writable_folder",
-           "check_replaceable", "DiskFullError", "UnwritableError"]
+__all__ = ["atomic_path", "atomic_open", "atomic_unnamed", "write_text_atomic", "remove_leftovers", "is_leftover",
+           "writable_folder", "check_replaceable", "DiskFullError", "UnwritableError"]
 
 class DiskFullError(UserError):
     """A write refused by the disk (no space, quota, file size limit): names the file being written."""
@@ -74,6 +77,12 @@ def check_replaceable(path: str | Path) -> None:
                               "nothing was written; give a file name")
 
 
+def _temporary_name(path: Path) -> Path:
+    """A new name for a temporary file of ``path``, beside it: ``.<name>.<8 hex digits>.tmp<suffix>``
+    (:data:`_LEFTOVER`)."""
+    return path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp{path.suffix}"
+
+
 def _temporary(path: Path, made: list[Path]) -> Path:
     """A new empty temporary file beside ``path`` (its folder created), ``.<name>.<8 hex digits>.tmp<suffix>``
     (mode 0600); an UnwritableError naming ``path``. Its name goes into ``made`` before the file exists, for
@@ -83,7 +92,7 @@ def _temporary(path: Path, made: list[Path]) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            made.append(name := path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp{path.suffix}")
+            made.append(name := _temporary_name(path))
             try:
                 os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
                 return name
@@ -131,6 +140,64 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
     with atomic_path(path) as tmp:
         with open(tmp, mode, **({"encoding": "utf-8", "newline": ""} if mode == "w" else {})) as f:
             yield f
+
+
+@contextlib.contextmanager
+def atomic_unnamed(path: str | Path) -> Iterator[IO[bytes]]:
+    """:func:`atomic_open` ``(path, "wb")`` for a writer that holds no lock on the folder (``viz``, which writes
+    anywhere, so that no rerun may clear a temporary file there): the bytes go to a file without a name in
+    ``path``'s folder (Linux ``O_TMPFILE``), which a ``kill -9`` meanwhile leaves nothing of; at the end it is
+    given a temporary name for the moment of the rename (microseconds), and renamed onto ``path``. Where the
+    system, the file system (NFS) or ``/proc`` has no such file, it is :func:`atomic_open`'s named one."""
+    path = Path(path)
+    check_replaceable(path)
+    try:
+        if not os.path.isdir("/proc/self/fd"):
+            raise OSError("no /proc/self/fd to give the file its name")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent, os.O_TMPFILE | os.O_RDWR, 0o600)
+    except (AttributeError, OSError):  # no O_TMPFILE here: the named temporary file, and its errors' messages
+        with atomic_open(path, "wb") as f:
+            yield f
+        return
+    try:
+        with os.fdopen(fd, "wb+") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            check_replaceable(path)  # made meanwhile
+            _name_and_replace(f, path)
+    except Exception as err:
+        DiskFullError.check(err, path)
+        raise
+
+
+def _name_and_replace(f: IO[bytes], path: Path) -> None:
+    """Give the file without a name ``f`` a temporary name beside ``path`` (``linkat`` of ``/proc/self/fd/N``,
+    the links followed) and rename it onto ``path``; where it cannot be named, its bytes are copied to
+    :func:`atomic_open`'s named temporary file instead."""
+    made: list[Path] = []
+    proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while True:
+            made.append(name := _temporary_name(path))
+            try:
+                os.link(str(f.fileno()), name, src_dir_fd=proc, follow_symlinks=True)
+                break
+            except FileExistsError:
+                made.remove(name)  # another writer's: not ours to delete
+        os.replace(name, path)
+    except OSError as err:
+        if err.errno in FULL_DISK or isinstance(err, FileExistsError):
+            raise
+        f.seek(0)
+        with atomic_open(path, "wb") as copy:
+            shutil.copyfileobj(f, copy)
+    finally:
+        os.close(proc)
+        for name in made:
+            name.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
