@@ -3,7 +3,9 @@ the old file or the complete new one, never a half-written file.
 
 Each writer gets a temporary file in the target's folder (so ``os.replace`` is a rename on one file
 system, and the suffix is kept for writers that pick a format from it), which is flushed to disk and
-renamed over the target on success, and deleted on any error.
+renamed over the target on success, and deleted on any error. A ``kill -9`` leaves it: the next writer
+that holds the folder's lock removes it (:func:`remove_leftovers`). A writer without a lock on the folder
+(``viz``) writes through a file without a name instead (:func:`atomic_unnamed`), which a kill leaves nothing of.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -20,8 +23,8 @@ from typing import IO
 
 from pointgeope.errors import FULL_DISK, UserError
 
-__all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "is_leftover", "writable_folder",
-           "check_replaceable", "DiskFullError", "UnwritableError"]
+__all__ = ["atomic_path", "atomic_open", "atomic_unnamed", "write_text_atomic", "remove_leftovers", "is_leftover",
+           "writable_folder", "check_replaceable", "DiskFullError", "UnwritableError"]
 
 class DiskFullError(UserError):
     """A write refused by the disk (no space, quota, file size limit): names the file being written."""
@@ -37,8 +40,10 @@ class DiskFullError(UserError):
             err = err.__cause__ or err.__context__
 
 
-# The temporary files of atomic_path: ".<name>.<8 random characters>.tmp<suffix>".
-_LEFTOVER = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp(\.[^/]*)?")
+# The temporary files of atomic_path: ".<name>.<8 hex digits>.tmp<suffix>" (secrets.token_hex(4), the suffix a
+# Path.suffix), nothing wider: another program's temporary file in a folder written here (`predict --out .`), such
+# as Python's tempfile.mkstemp(prefix=".<name>.", suffix=".tmp") makes (8 of [a-z0-9_]), is not ours to delete.
+_LEFTOVER = re.compile(r"\..+\.[0-9a-f]{8}\.tmp(\.[^./]+)?")
 
 
 def _umask() -> int:
@@ -72,6 +77,12 @@ def check_replaceable(path: str | Path) -> None:
                               "nothing was written; give a file name")
 
 
+def _temporary_name(path: Path) -> Path:
+    """A new name for a temporary file of ``path``, beside it: ``.<name>.<8 hex digits>.tmp<suffix>``
+    (:data:`_LEFTOVER`)."""
+    return path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp{path.suffix}"
+
+
 def _temporary(path: Path, made: list[Path]) -> Path:
     """A new empty temporary file beside ``path`` (its folder created), ``.<name>.<8 hex digits>.tmp<suffix>``
     (mode 0600); an UnwritableError naming ``path``. Its name goes into ``made`` before the file exists, for
@@ -81,7 +92,7 @@ def _temporary(path: Path, made: list[Path]) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            made.append(name := path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp{path.suffix}")
+            made.append(name := _temporary_name(path))
             try:
                 os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
                 return name
@@ -131,6 +142,64 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
             yield f
 
 
+@contextlib.contextmanager
+def atomic_unnamed(path: str | Path) -> Iterator[IO[bytes]]:
+    """:func:`atomic_open` ``(path, "wb")`` for a writer that holds no lock on the folder (``viz``, which writes
+    anywhere, so that no rerun may clear a temporary file there): the bytes go to a file without a name in
+    ``path``'s folder (Linux ``O_TMPFILE``), which a ``kill -9`` meanwhile leaves nothing of; at the end it is
+    given a temporary name for the moment of the rename (microseconds), and renamed onto ``path``. Where the
+    system, the file system (NFS) or ``/proc`` has no such file, it is :func:`atomic_open`'s named one."""
+    path = Path(path)
+    check_replaceable(path)
+    try:
+        if not os.path.isdir("/proc/self/fd"):
+            raise OSError("no /proc/self/fd to give the file its name")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent, os.O_TMPFILE | os.O_RDWR, 0o600)
+    except (AttributeError, OSError):  # no O_TMPFILE here: the named temporary file, and its errors' messages
+        with atomic_open(path, "wb") as f:
+            yield f
+        return
+    try:
+        with os.fdopen(fd, "wb+") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            check_replaceable(path)  # made meanwhile
+            _name_and_replace(f, path)
+    except Exception as err:
+        DiskFullError.check(err, path)
+        raise
+
+
+def _name_and_replace(f: IO[bytes], path: Path) -> None:
+    """Give the file without a name ``f`` a temporary name beside ``path`` (``linkat`` of ``/proc/self/fd/N``,
+    the links followed) and rename it onto ``path``; where it cannot be named, its bytes are copied to
+    :func:`atomic_open`'s named temporary file instead."""
+    made: list[Path] = []
+    proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while True:
+            made.append(name := _temporary_name(path))
+            try:
+                os.link(str(f.fileno()), name, src_dir_fd=proc, follow_symlinks=True)
+                break
+            except FileExistsError:
+                made.remove(name)  # another writer's: not ours to delete
+        os.replace(name, path)
+    except OSError as err:
+        if err.errno in FULL_DISK or isinstance(err, FileExistsError):
+            raise
+        f.seek(0)
+        with atomic_open(path, "wb") as copy:
+            shutil.copyfileobj(f, copy)
+    finally:
+        os.close(proc)
+        for name in made:
+            name.unlink(missing_ok=True)
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically; returns ``path``."""
     with atomic_open(path, "w") as f:
@@ -146,13 +215,20 @@ def is_leftover(name: str) -> bool:
 
 def remove_leftovers(folder: str | Path, recursive: bool = True) -> list[Path]:
     """Delete the temporary files that a killed writer left in ``folder`` and (``recursive``) its sub-folders;
-    returns them. Call it only while holding the lock of every folder it searches (:mod:`pointgeope.lock`):
-    a live writer's temporary file looks the same."""
+    returns them. Call it only while holding the lock of ``folder`` (:mod:`pointgeope.lock`): a live writer's
+    temporary file looks the same. A sub-folder that holds a lock file of its own
+    (:func:`pointgeope.lock.has_lock_file`: a ``predict --out`` made in a fold folder, a data root in a raw
+    folder) is another writer's, which may be writing there now: neither it nor the folders below it are
+    searched. Symbolic links to folders are not followed."""
+    from pointgeope.lock import has_lock_file  # (lock.py imports this module)
+
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = folder.rglob(".*.tmp*") if recursive else folder.glob(".*.tmp*")
-    removed = [p for p in found if p.is_file() and is_leftover(p.name)]
+    removed = []
+    for root, dirs, files in os.walk(folder):
+        removed += [Path(root, name) for name in sorted(files) if is_leftover(name) and Path(root, name).is_file()]
+        dirs[:] = sorted(d for d in dirs if recursive and not has_lock_file(Path(root, d)))
     for path in removed:
         path.unlink(missing_ok=True)
     return removed

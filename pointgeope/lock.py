@@ -258,6 +258,14 @@ def live_writer(folder: str | Path) -> dict | None:
     return owner if (_alive(owner["pid"]) if holders is None else owner["pid"] in holders) else None
 
 
+def has_lock_file(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a lock file of its own (``.lock``, ``.readers.lock``): the output folder of a
+    command or a data root, even one made inside another command's folder (a ``predict --out`` in a fold
+    folder, a prepared data root in a raw folder). Its files are its own writer's: the writer of a folder
+    above it, which holds another lock, leaves them alone."""
+    return any(os.path.lexists(Path(folder, name)) for name in (LOCK_NAME, READERS_NAME))
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> Iterator[Path]:
     """Hold the exclusive lock of ``folder`` (created if needed, checked to be a folder it can write:

@@ -148,3 +148,54 @@ def test_a_stop_as_the_temporary_file_is_created_leaves_no_file(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt), atomic_path(tmp_path / "out.h5"):
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_leftovers_are_not_searched_for_in_another_writers_folder(tmp_path):
+    """A folder made inside the one being cleared that holds a lock file of its own is another command's
+    output folder (a `predict --out` in a fold folder, a data root prepared inside a raw folder): its writer
+    may be writing its temporary files now, under its own lock. `evaluate`, `train`, `prepare` and `synth`
+    cleared every sub-folder, and so deleted a live writer's temporary file, which its rename then lacked."""
+    from pointgeope.atomic import remove_leftovers
+
+    name = ".Area_1.h5.0a1b2c3d.tmp.h5"
+    for sub in ("predictions", "pred", "pred/Area_2", "h5", "h5/deeper"):
+        (tmp_path / sub).mkdir(parents=True)
+        (tmp_path / sub / name).write_text("half")
+    (tmp_path / "pred" / ".lock").write_text("{}")        # a predict writing here now
+    (tmp_path / "h5" / ".readers.lock").write_text("")    # a prepared data root
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / name).write_text("not below")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # a link to a folder: not followed
+    (tmp_path / name).write_text("half")
+    removed = remove_leftovers(tmp_path)
+    assert sorted(removed) == [tmp_path / name, tmp_path / "elsewhere" / name, tmp_path / "predictions" / name]
+    kept = ["h5", "h5/deeper", "pred", "pred/Area_2"]
+    assert sorted(p.parent.relative_to(tmp_path).as_posix() for p in tmp_path.rglob(name)) == kept
+    assert remove_leftovers(tmp_path / "pred", recursive=False) == [tmp_path / "pred" / name]  # its own writer's
+
+
+def test_only_the_names_atomic_path_makes_are_leftovers(tmp_path):
+    """The names of atomic_path's temporary files are leftovers; another program's temporary file in a folder
+    written here (`predict --out .`), named as Python's mkstemp names them (8 of [a-z0-9_]), is not: it was
+    deleted as ours."""
+    import tempfile
+    from pathlib import Path
+
+    from pointgeope.atomic import is_leftover, remove_leftovers
+
+    made = []
+    for target in ("Area_1.h5", "last.pt", "notes", "a b.tar.gz"):
+        with atomic_path(tmp_path / target) as tmp:
+            made.append(tmp.name)
+            assert is_leftover(tmp.name) and remove_leftovers(tmp_path) == [tmp]
+            tmp.write_text("written")  # deleted by remove_leftovers: written again for the rename
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["Area_1.h5", "last.pt", "notes", "a b.tar.gz"])
+    others = [tmp_path / ".draft.txt.k2_x9qzp.tmp", tmp_path / ".x.npy.zzzzzzzz.tmp.npy",
+              tmp_path / ".a.0a1b2c3d.tmp.npy.part"]
+    for path in others:
+        path.write_text("another program's")
+    fd, name = tempfile.mkstemp(prefix=".report.md.", suffix=".tmp", dir=tmp_path)
+    os.close(fd)
+    if any(c not in "0123456789abcdef" for c in Path(name).name.split(".")[-2]):  # 1 in 500 is all hex
+        others.append(Path(name))
+    assert remove_leftovers(tmp_path) == [] and all(p.exists() for p in others)

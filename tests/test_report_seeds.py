@@ -341,3 +341,15 @@ def test_a_rewrite_removes_the_temporary_files_of_a_killed_ablate(tmp_path):
         path.write_text("half")
     written = write_ablation(variants(), out)
     assert sorted(p for p in out.rglob("*") if p.is_file()) == sorted(written + kept)
+
+
+def test_a_report_folder_with_a_lock_of_its_own_is_left_to_its_writer(tmp_path):
+    """ablate writes RUN/report/fold_K under RUN's lock; a `report --out RUN/report/fold_K` holds that folder's
+    own lock and may be writing its temporary files there now: ablate's clearing deleted them."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / ".lock").write_text("{}")
+    theirs = out / ".report.md.0a1b2c3d.tmp.md"
+    theirs.write_text("being written")
+    write_ablation(variants(), out)
+    assert theirs.read_text() == "being written"

@@ -212,6 +212,17 @@ def _write_json(path: Path, data: dict) -> None:
     write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
+def _left_by_a_killed_start(out: Path) -> bool:
+    """Whether the folder ``out`` holds nothing but what a synth stopped before its first room leaves: its
+    settings, its lock file, and, where that lock file is there (a ``kill -9``: the lock is taken before the
+    first write), the atomic writer's temporary files (:func:`pointgeope.atomic.is_leftover`). Without the
+    lock file, files so named are not a killed synth's (a user's ``.notes.20261129.tmp.txt``, another
+    command's temporary file being written there under the lock of a folder above): the folder is not new."""
+    names = [p.name for p in out.iterdir()]
+    killed = LOCK_NAME in names
+    return all(name in (SETTINGS, LOCK_NAME) or (killed and is_leftover(name)) for name in names)
+
+
 def check_out(out: Path, settings: dict) -> str:
     """What to do with ``out``: ``"new"``, ``"resume"`` (same settings, unfinished) or ``"complete"``.
 
@@ -220,7 +231,7 @@ def check_out(out: Path, settings: dict) -> str:
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"expected OUT to be a folder, got the file {out}")
-    if not out.exists() or all(p.name in (SETTINGS, LOCK_NAME) or is_leftover(p.name) for p in out.iterdir()):
+    if not out.exists() or _left_by_a_killed_start(out):
         return "new"  # empty, or what an attempt killed before its first room left (its settings): nothing to keep
     path = out / SETTINGS
     if not path.is_file():

@@ -280,7 +280,7 @@ def _predict_inputs(predictor: Predictor, args) -> int:
     """The scans of ``args.inputs`` found, checked, predicted and written (:func:`predict_scans`)."""
     from pointgeope.atomic import remove_leftovers, writable_folder
     from pointgeope.engine.predict_record import ScanRecords
-    from pointgeope.lock import folder_lock
+    from pointgeope.lock import folder_lock, has_lock_file
     from pointgeope.scans.sources import find_scans
 
     skipped: list[Path] = []
@@ -303,8 +303,9 @@ def _predict_inputs(predictor: Predictor, args) -> int:
         print(note, flush=True)
     bugs: list[str] = []
     with folder_lock(args.out):  # SIGTERM (run_command): as Ctrl-C, the lock released
-        for folder in {(Path(args.out) / ref.name).parent for ref in refs}:  # the folders it writes, no other's
-            remove_leftovers(folder, recursive=False)  # the temporary files of a run killed there (kill -9)
+        for folder in {(Path(args.out) / ref.name).parent for ref in refs}:  # the folders it writes, no other's:
+            if folder == Path(args.out) or not has_lock_file(folder):  # not another predict's --out made there
+                remove_leftovers(folder, recursive=False)  # the temporary files of a run killed there (kill -9)
         records = ScanRecords(args.out, predictor, args, force=args.force)
         done = _predict_all(predictor, refs, args, errors, bugs, records)
     failed, skip = ", ".join(getattr(e, "source", e) for e in errors), records.skipped

@@ -174,14 +174,17 @@ def write_ablation(variants: list[Variant], out: Path, header: str = "", digits:
     settings), each run's ``metrics.json`` files with the sha256 of the bytes scored, and under ``"outputs"``
     the sha256 of the other two files, so that a reader tells a set cut by a kill between the writes (new
     tables beside the previous record) from a whole one. The temporary files a killed writer left in ``out``
-    are removed first (the caller holds the lock of ``out`` or of a folder above it: ``ablate``, RUN's)."""
+    are removed first (the caller holds the lock of ``out`` or of a folder above it: ``ablate``, RUN's), but
+    where ``out`` holds a lock file of its own (a ``report --out`` there): that writer's, who may be writing."""
     import hashlib
     import json
 
     from pointgeope.atomic import remove_leftovers, write_text_atomic
+    from pointgeope.lock import has_lock_file
 
     out.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(out, recursive=False)
+    if not has_lock_file(out):
+        remove_leftovers(out, recursive=False)
     tables = {"ablation.md": header + ablation_markdown(variants, digits), "ablation.csv": ablation_csv(variants)}
     written = [write_text_atomic(out / name, text) for name, text in tables.items()]
     record = {"header": header, **ablation_json(variants),

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pointgeope.atomic import atomic_open
+from pointgeope.atomic import atomic_open, atomic_unnamed
 from pointgeope.plural import counted
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.scans.ply_sizes import (
@@ -324,9 +324,11 @@ def header_text(text: str) -> str:
 
 
 def write_vertices(path: str | Path, properties: list[tuple[str, np.ndarray]],
-                   comment: str = "written by pointgeope") -> Path:
+                   comment: str = "written by pointgeope", unnamed: bool = False) -> Path:
     """Write ``properties`` (``(name, (N,) array)``, in order) as a binary little-endian PLY ``vertex``
-    element; each keeps its dtype (one of :data:`PLY_NAMES`); ``comment`` escaped by :func:`header_text`. Atomic."""
+    element; each keeps its dtype (one of :data:`PLY_NAMES`); ``comment`` escaped by :func:`header_text`. Atomic;
+    ``unnamed``: through a file without a name until the rename (:func:`pointgeope.atomic.atomic_unnamed`, for a
+    writer without a lock on the folder)."""
     path = Path(path)
     n = len(properties[0][1])
     fields = []
@@ -341,7 +343,7 @@ def write_vertices(path: str | Path, properties: list[tuple[str, np.ndarray]],
         records[name] = arr
     header = ["ply", "format binary_little_endian 1.0", f"comment {header_text(comment)}", f"element vertex {n}"] + \
         [f"property {PLY_NAMES[t.lstrip('<')]} {name}" for name, t in fields] + ["end_header"]
-    with atomic_open(path, "wb") as f:
+    with atomic_unnamed(path) if unnamed else atomic_open(path, "wb") as f:
         f.write(("\n".join(header) + "\n").encode("ascii"))
         f.write(records.tobytes())
     return path

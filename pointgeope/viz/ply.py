@@ -43,4 +43,4 @@ def write_ply(path: str | Path, coord: np.ndarray, colors: np.ndarray, label: np
             if np.shape(arr) != (n,):
                 raise ValueError(f"expected {name} of shape ({n},), got {np.shape(arr)}")
             props.append((name, np.asarray(arr).astype(np.uint8)))
-    return write_vertices(path, props, comment="written by pointgeope viz")
+    return write_vertices(path, props, comment="written by pointgeope viz", unnamed=True)  # viz holds no lock

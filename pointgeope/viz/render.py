@@ -268,14 +268,17 @@ def check_image_path(path) -> None:
 
 
 def save_image(image: np.ndarray, path) -> None:
-    """Write ``uint8 (H, W, 3)`` to ``path`` (format from the suffix, e.g. PNG), atomically."""
+    """Write ``uint8 (H, W, 3)`` to ``path`` (format from the suffix, e.g. PNG), atomically, through a file
+    without a name until the rename (:func:`pointgeope.atomic.atomic_unnamed`): viz holds no lock on the
+    folder, so no rerun could clear the temporary file a ``kill -9`` left."""
 
     from PIL import Image
 
-    from pointgeope.atomic import atomic_path
+    from pointgeope.atomic import atomic_unnamed
 
-    with atomic_path(path) as tmp:
-        Image.fromarray(np.ascontiguousarray(image)).save(tmp, optimize=True)
+    image_format = Image.registered_extensions().get(Path(path).suffix.lower())  # an IMAGE_SUFFIXES one (checked)
+    with atomic_unnamed(path) as f:
+        Image.fromarray(np.ascontiguousarray(image)).save(f, format=image_format, optimize=True)
 
 
 def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], *, missing: dict[str, str],

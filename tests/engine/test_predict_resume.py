@@ -356,3 +356,21 @@ def test_a_rerun_removes_the_temporary_files_of_a_killed_run(tiny_run, scans, tm
     assert {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()} == files(tmp_path / "whole")
     assert not any(path.exists() for path in killed)
     assert (out / "other" / ".x.0a1b2c3d.tmp.npy").read_bytes() == b"not predict's"
+
+
+def test_a_sub_folder_with_a_lock_of_its_own_is_another_predicts_and_left_alone(tiny_run, two_folds, scans,
+                                                                                tmp_path, capsys):
+    """`predict ... Area_2.h5 --out OUT` writes `OUT/Area_2/`; a second predict given `--out OUT/Area_2` holds that
+    folder's own lock and may be writing its temporary files there now. The first one's clearing of its folders
+    deleted them (its lock is `OUT/.lock`, not theirs); a sub-folder with a lock file of its own is left alone."""
+    out = tmp_path / "out"
+    (out / "Area_2").mkdir(parents=True)
+    (out / "Area_2" / ".lock").write_text("{}")  # the other predict's, alive or not: its own rerun clears there
+    theirs = out / "Area_2" / ".scan_pred.npy.0a1b2c3d.tmp.npy"
+    theirs.write_bytes(b"being written")
+    ours = out / ".a_pred.npy.70089a4a.tmp.npy"
+    ours.write_bytes(b"half")
+    assert cli(["predict", str(tiny_run), str(two_folds / "Area_2.h5"), str(scans), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert theirs.read_bytes() == b"being written" and not ours.exists()
+    assert any(p.name.endswith("_pred.npy") for p in (out / "Area_2").iterdir())

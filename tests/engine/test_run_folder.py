@@ -51,7 +51,7 @@ def test_two_train_processes_on_one_fold_then_a_kill(two_folds, tmp_path, capsys
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
             p.wait()
-    leftover = tmp_path / "area_1" / ".last.pt.k1ll3d9x.tmp.pt"  # what a kill inside save_checkpoint leaves
+    leftover = tmp_path / "area_1" / ".last.pt.6b1d3e9f.tmp.pt"  # what a kill inside save_checkpoint leaves
     leftover.write_bytes(b"half a checkpoint")
     capsys.readouterr()
     assert train(two_folds, tmp_path, *long, "train.epochs_per_run=1") == 0

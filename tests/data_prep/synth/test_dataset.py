@@ -353,3 +353,31 @@ def test_a_run_killed_at_its_first_write_is_resumed_not_refused(tmp_path, capsys
     assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 0
     capsys.readouterr()
     assert _tree(out) == _tree(whole)
+
+
+def test_files_named_as_temporary_files_without_a_killed_synths_lock_are_not_its_leftovers(tmp_path, capsys):
+    """A folder counted as new is cleared of the files named as atomic temporary files. Without a lock file
+    (which a synth takes before its first write, and a `kill -9` leaves), such files are not a killed synth's: a
+    user's `.notes.20261129.tmp.txt` was deleted and the folder filled with synthetic rooms; another command's
+    temporary file being written there would have gone the same way. The folder is refused, nothing deleted."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    notes = out / ".notes.20261129.tmp.txt"
+    notes.write_text("my notes")
+    assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 2
+    assert "is not empty and holds no .synth_settings.json" in capsys.readouterr().err
+    assert sorted(out.iterdir()) == [notes] and notes.read_text() == "my notes"
+
+
+def test_a_data_root_prepared_inside_the_synth_folder_is_not_cleared_by_a_rerun(tmp_path, capsys):
+    """`prepare raw raw/h5` makes a data root, with its own locks, inside the synth folder: a synth rerun (the
+    dataset complete, nothing to do) removed the temporary files in it, which a prepare may be writing now."""
+    out = tmp_path / "raw"
+    _tiny(out, areas=1)
+    (out / "h5").mkdir()
+    (out / "h5" / ".readers.lock").write_text("")
+    being_written = out / "h5" / ".Area_1.h5.0a1b2c3d.tmp.h5"
+    being_written.write_bytes(b"prepare's")
+    assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert being_written.read_bytes() == b"prepare's"
