@@ -7,9 +7,11 @@ the hierarchy of PTv1's layout (``bench_hierarchy.STRIDES``, ``NEIGHBOURS``) of 
 ``--points`` points (``bench_model.synthetic_room``) once untimed (numba's compile or cache load) and then
 ``--calls`` times, and reports the least process CPU time of one hierarchy and a SHA-256 of every tensor of it.
 A side's time is the minimum over the rounds, beside the median and range of its per-round ratios to the base
-(paired); ``identical`` says whether every round of both sides hashed the same (bit for bit). ``OMP_NUM_THREADS``
+(paired); ``identical`` says whether every round of both sides hashed the same (bit for bit). Each side's process
+must import the package from its own tree (else both would time one code: the run stops). ``OMP_NUM_THREADS``
 and torch's threads are ``--threads`` in the children (pykdtree's pool is OpenMP's; numba's kernels here run on
-one thread).
+one thread). The JSON carries ``bench_io.provenance`` (this checkout's commit, package versions, the load average
+at the start) and the load average at the end of each case.
 
 Usage: python bench/bench_hierarchy_checkouts.py --base-ref ee6d807 --out bench/results/x.json [--threads 1]
        [--clouds 1 16] [--rounds 4] [--calls 3]
@@ -62,6 +64,14 @@ def run_side(tree: Path, clouds: int, args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def checked(row: dict, tree: Path) -> dict:
+    """``row`` of a side whose process imported the package from ``tree``; else ``SystemExit`` naming both."""
+    if not Path(row["package"]).resolve().is_relative_to(tree.resolve()):
+        raise SystemExit(f"expected the side of {tree} to import pointgeope from it, got {row['package']} "
+                         "(an installed copy ahead of PYTHONPATH?): both sides would time one code")
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-ref", required=True)
@@ -74,11 +84,12 @@ def main() -> None:
     args = parser.parse_args()
     import interleave
     from bench_hierarchy import _cpu_model
-    from bench_io import git_state, save_json
+    from bench_io import provenance, save_json
 
     base_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.base_ref], capture_output=True,
                                  text=True, check=True).stdout.strip()
-    result = {"base": base_commit, "git": git_state(exclude=("bench/results",)), "cpu_model": _cpu_model(),
+    result = {"base": base_commit, "provenance": provenance(args.threads, ("numpy", "torch", "numba", "pykdtree")),
+              "cpu_model": _cpu_model(),
               "threads": args.threads, "points": args.points, "rounds": args.rounds, "calls": args.calls, "cases": {}}
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", base_commit], capture_output=True, check=True)
@@ -88,7 +99,7 @@ def main() -> None:
             rows = {side: [] for side in trees}
             for r in range(args.rounds):
                 for side in (("base", "new") if r % 2 == 0 else ("new", "base")):
-                    rows[side].append(run_side(trees[side], clouds, args))
+                    rows[side].append(checked(run_side(trees[side], clouds, args), trees[side]))
             times = {side: [row["cpu_seconds"] for row in rows[side]] for side in trees}
             paired = interleave.paired(times, "base")
             hashes = {row["sha256"] for side in trees for row in rows[side]}
@@ -96,7 +107,8 @@ def main() -> None:
                 side: {"cpu_seconds": paired[side]["min_s"], "all_cpu_seconds": times[side],
                        "paired_median": paired[side]["paired_median"], "paired_range": paired[side]["paired_range"]}
                 for side in trees} | {"identical": len(hashes) == 1,
-                                      "packages": sorted({row["package"] for side in trees for row in rows[side]})}
+                                      "packages": sorted({row["package"] for side in trees for row in rows[side]}),
+                                      "load_average_end": list(os.getloadavg())}
             save_json(args.out, result)
             print(json.dumps({f"{clouds}x{args.points}": result["cases"][f"{clouds}x{args.points}"]}), flush=True)
 

@@ -1,9 +1,9 @@
 """An in-place LSD radix sort of non-negative int64 keys, compiled with numba: the one the package uses.
 
 Two users, on either side of the data/model line (so the module sits at the package's top, as ``geope``):
-grid sampling (``data.voxelize``) and the Morton order of the CPU's bucket FPS (``model.ops.bucket_fps``, whose
-compiled code calls :func:`radix_sort` with ``key << b | row``: sorted values then give the rows in key order,
-ties in row order, as a stable argsort would). Grid sampling sorts one packed key per point of the room
+grid sampling (``data.voxelize``) and the Morton order of the CPU kNN's queries (``morton_order``, used by
+``model.ops.knn``; its compiled code calls :func:`radix_sort` with ``key << b | row``: sorted values give the rows
+in key order, ties in row order, as a stable argsort would). Grid sampling sorts one packed key per point of the room
 (``voxelize.voxel_groups``: ``[ voxel | rank ]``, about 45 bits) for every training sample. ``ndarray.sort`` took 46 ms
 of a 0.14 s block for a 0.85M-point room on one core; four counting passes of 11 bits take 11-16 ms on as many random
 44-bit keys (the grid sampling of that room: 58 -> 27 ms). Sorted values are values, so the result is ``np.sort``'s
