@@ -156,6 +156,14 @@ def _left_out(location: str, found: list[str], what: str, action: str, areas: di
                        f"left out of the folds; {action}{other}")
 
 
+def _beside(areas: dict[str, str], in_zip: bool) -> str:
+    """Where an area's archive is to be unpacked, for a line: beside the areas with a folder (``areas``), in RAW
+    itself or in a folder RAW's zip is unpacked into (``in_zip``); where RAW holds no area, nothing is beside."""
+    if in_zip:
+        return " beside the areas there" if areas else " in that folder"
+    return " beside the other areas" if areas else ""
+
+
 def shown_paths(paths: list[str]) -> str:
     """``paths`` for a line: the first five, then how many more."""
     return first_of(paths, 5)
@@ -185,13 +193,13 @@ def check_packed_areas(location: str, files: list[str], areas: dict[str, str], i
         n = len(partial)
         what = agreeing(n, "is a partial download of an area's archive", "are partial downloads of areas' archives")
         raise _left_out(location, partial, f"{what} without a folder here", f"finish or redo "
-                        f"{agreeing(n, 'the download', 'the downloads')} and unpack {agreeing(n, 'it', 'them')} beside "
-                        "the other areas", areas)
+                        f"{agreeing(n, 'the download', 'the downloads')} and unpack {agreeing(n, 'it', 'them')}"
+                        f"{_beside(areas, in_zip)}", areas)
     if packed := _without_folder(PACKED_AREA, files, areas):
         n, first = len(packed), PurePosixPath(location, packed[0])
         them = agreeing(n, "it", "them")
-        unpack = (f"unpack {location} into a folder and {them} beside the areas there" if in_zip
-                  else f"unpack {them} beside the other areas with the tool for {agreeing(n, 'its', 'each')} format "
+        unpack = (f"unpack {location} into a folder and {them}{_beside(areas, in_zip)}" if in_zip
+                  else f"unpack {them}{_beside(areas, in_zip)} with the tool for {agreeing(n, 'its', 'each')} format "
                        f"({_unpack_command(first, str(first.parent))})")
         raise _left_out(location, packed, agreeing(n, "is an area", "are areas") + " packed in a format prepare does "
                         "not open, without a folder here", unpack, areas)
@@ -249,7 +257,7 @@ def likely_area(location: str, path: str, in_zip: bool, areas: dict[str, str]) -
     name = path.rsplit("/", 1)[-1]
     first = PurePosixPath(location, path)
     held = _HOLDS_AREA.search(name)
-    beside = " beside the other areas" if held else ""
+    beside = _beside(areas, False) if held else ""
     unpack = f"unpack it{beside} ({_unpack_command(first, str(first.parent))}) and prepare again"
     if _ARCHIVE.fullmatch(name).group("partial"):
         action = f"finish the download, unpack it{beside} and prepare again"
@@ -257,7 +265,7 @@ def likely_area(location: str, path: str, in_zip: bool, areas: dict[str, str]) -
         action = (f"download it again (it is no readable zip: cut short?), {unpack}" if held else
                   "download it again (it is no readable zip: cut short?) and give it itself as RAW")
     elif in_zip:
-        action = f"unpack {location} into a folder and it beside the areas there, then prepare that folder"
+        action = f"unpack {location} into a folder and it{_beside(areas, True)}, then prepare that folder"
     else:
         action = unpack
     if held:

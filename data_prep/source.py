@@ -39,6 +39,7 @@ from data_prep.names import (
     add_area,
     archive_files,
     area_name,
+    area_number,
     check_member,
     check_name,
     check_objects,
@@ -195,7 +196,7 @@ class Source:
             files.sort(key=lambda e: object_key(e.path.rsplit("/", 1)[-1]))
             check_objects(self.location, files)
             out.append(Room(area, name, f"{areas[area]}/{name}", tuple(files), self.location))
-        out.sort(key=lambda r: (int(r.area.split("_")[1]), r.name))
+        out.sort(key=lambda r: (area_number(r.area), r.name))
         self.ignored = tuple(ignored)
         self.ignored_folders = tuple(sorted(folders.items()))
         return out

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from data_prep.names import area_number
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.h5 import SCHEMA_VERSION
@@ -45,9 +46,10 @@ def manifest(source: str, areas: dict[str, dict[str, dict]]) -> dict:
 
 
 def folds(areas: Iterable[str]) -> dict:
-    """``folds.json``: fold k tests on Area_k and trains on the other areas present."""
-    areas = sorted(areas, key=lambda a: int(a.split("_")[1]))
-    return {"version": 1, "folds": {a.split("_")[1]: {"test": [a], "train": [b for b in areas if b != a]}
+    """``folds.json``: fold k tests on Area_k and trains on the other areas present; k is the area's number
+    (:func:`data_prep.names.area_number`: ``Area_01`` is fold "1")."""
+    areas = sorted(areas, key=area_number)
+    return {"version": 1, "folds": {str(area_number(a)): {"test": [a], "train": [b for b in areas if b != a]}
                                     for a in areas}}
 
 

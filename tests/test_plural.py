@@ -181,6 +181,26 @@ def test_first_of_says_the_head_of_a_list_and_how_many_more():
     assert first_of(range(2002), 1) == "0, and 2,001 more"
 
 
+def test_first_of_makes_text_of_the_shown_items_only():
+    """A list of 100,000 rooms on an error path: ``str`` of the three shown, not of every item."""
+    made = []
+
+    class Room:
+        def __init__(self, k: int):
+            self.k = k
+
+        def __str__(self) -> str:
+            made.append(self.k)
+            return f"room_{self.k}"
+
+    rooms = [Room(k) for k in range(100_000)]
+    assert first_of(rooms, 3) == "room_0, room_1, room_2, and 99,997 more"
+    assert made == [0, 1, 2]
+    made.clear()
+    assert first_of((Room(k) for k in range(4)), 2, noun="room") == "room_0, room_1, and 2 more rooms"
+    assert made == [0, 1]
+
+
 def test_the_lines_that_say_a_list_in_part_say_how_many_more(monkeypatch):
     """The labels out of range of a confusion matrix (10 shown) and the colourless rooms of a training run (5
     shown) ended with ``...``, the count of the rest left out; each says it."""

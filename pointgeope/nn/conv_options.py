@@ -17,12 +17,18 @@ from collections.abc import Callable
 from pointgeope.model.attention import PRESETS, PositionalEncoding, options_read
 from pointgeope.nn.checks import check_count, check_scale
 
-__all__ = ["preset_name", "check_options", "check_read"]
+__all__ = ["preset_name", "pe_argument", "check_options", "check_read"]
 
 
 def preset_name(pe: PositionalEncoding) -> str:
     """The key of `pe` in `PRESETS`, or its `repr` for another encoding."""
     return next((name for name, preset in PRESETS.items() if preset == pe), repr(pe))
+
+
+def pe_argument(pe: PositionalEncoding) -> str:
+    """The ``pe=`` argument that builds `pe`, for a line: its preset's key quoted (``'geope'``), or its `repr`."""
+    name = preset_name(pe)
+    return repr(name) if name in PRESETS else name
 
 
 def check_read(pe: PositionalEncoding, defaults: dict, **options) -> None:
@@ -32,11 +38,10 @@ def check_read(pe: PositionalEncoding, defaults: dict, **options) -> None:
     read = options_read(pe, options["mixed_init"])
     unread = [f"{name}={value!r}" for name, value in options.items() if value != defaults[name] and name not in read]
     if unread:
-        name, (them, they) = preset_name(pe), ("them", "they") if len(unread) > 1 else ("it", "it")
+        them, they = ("them", "they") if len(unread) > 1 else ("it", "it")
         mixed = f" with mixed_init={options['mixed_init']!r}" if pe.rotation == "rope-mixed" else ""
-        shown = name if name not in PRESETS else repr(name)
-        raise ValueError(f"{', '.join(unread)}: pe={shown}{mixed} does not read {them}, so {they} would change "
-                         f"nothing (it reads "
+        raise ValueError(f"{', '.join(unread)}: pe={pe_argument(pe)}{mixed} does not read {them}, so {they} would "
+                         f"change nothing (it reads "
                          f"{'only ' + ', '.join(read) if read else 'no frequencies or grid'}); remove {them}")
 
 

@@ -20,7 +20,8 @@ from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
 from pointgeope.nn.checks import check_finite, check_float_tensor, check_positions
-from pointgeope.nn.conv_options import check_options, check_read, preset_name
+from pointgeope.nn.conv_options import check_options, check_read, pe_argument, preset_name
+from pointgeope.nn.saved_encoding import encoding_text, saved_encoding
 from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 
 __all__ = ["GeoPEPointTransformerConv"]
@@ -304,7 +305,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         for name, value in self.settings().items():
             destination[prefix + name] = torch.tensor(value, dtype=torch.float64)
         if self.settings():    # and the encoding's name, its bytes (rpe's and none's state_dict stays PyG's)
-            destination[prefix + "pe"] = torch.tensor(list(self.pe_name.encode()), dtype=torch.uint8)
+            destination[prefix + "pe"] = torch.tensor(list(encoding_text(self.pe).encode()), dtype=torch.uint8)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -328,11 +329,11 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         saved_pe = state_dict.pop(prefix + "pe", None)              # geope's loaded into lingeope, rope3d, ape
         if saved_pe is not None and not settings:
             unexpected_keys.append(prefix + "pe")
-        elif saved_pe is not None and (pe := _saved_name(saved_pe)) is None:
+        elif saved_pe is not None and (pe := saved_encoding(_saved_name(saved_pe) or "")) is None:
             error_msgs.append(f"{prefix}pe: expected the encoding's name as uint8 bytes, got {str(saved_pe)[:80]}")
-        elif saved_pe is not None and pe != self.pe_name:
-            error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe!r}, this layer has pe="
-                              f"{self.pe_name!r}; build it with pe={pe!r} to load it")
+        elif saved_pe is not None and pe != self.pe:                 # equal settings load, however saved
+            error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe_argument(pe)}, this layer has pe="
+                              f"{pe_argument(self.pe)}; build it with pe={pe_argument(pe)} to load it")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 

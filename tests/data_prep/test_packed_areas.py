@@ -198,3 +198,22 @@ def test_raw_holding_only_an_areas_tar_says_to_unpack_it(tmp_path, capsys):
     raw = write_tree(tmp_path / "raw", {"Area_2.tar.gz": _tar("gz")})
     line = _refused(capsys, raw, tmp_path / "out")
     assert line.endswith(f"(tar -xzf {raw}/Area_2.tar.gz -C {raw})")
+
+
+@pytest.mark.parametrize(("name", "action"), [
+    ("Area_3.tar.gz", "unpack it with the tool for its format (tar -xzf {raw}/Area_3.tar.gz -C {raw})"),
+    ("Area_3.zip.part", "finish or redo the download and unpack it"),
+    ("S3DIS_Area_3.tar.gz", "unpack it (tar -xzf {raw}/S3DIS_Area_3.tar.gz -C {raw}) and prepare again")])
+def test_an_area_archive_in_a_raw_without_areas_is_not_unpacked_beside_others(tmp_path, capsys, name, action):
+    """RAW holding one area's archive and no area folder: the line said to unpack it "beside the other areas",
+    of which there are none; it says to unpack it (where: the command's folder, RAW)."""
+    raw = write_tree(tmp_path / "raw", {name: b"x"})
+    line = _refused(capsys, raw, tmp_path / "out")
+    assert "beside" not in line and "other areas" not in line
+    assert line.endswith(action.format(raw=raw))
+
+
+def test_an_area_archive_in_a_zip_without_areas_is_unpacked_in_the_folder_of_the_zip(tmp_path, capsys):
+    raw = zip_tree(tmp_path / "raw.zip", {"Area_3.tar.gz": b"x"})
+    line = _refused(capsys, raw, tmp_path / "out")
+    assert line.endswith(f"unpack {raw} into a folder and it in that folder")

@@ -16,6 +16,14 @@ def test_folds_one_per_area_present():
     }}
 
 
+def test_folds_key_is_the_area_number():
+    """Fold k tests on area number k: a lone ``Area_01`` (its zero kept in the name) is fold "1", the key
+    ``--test-area 1`` names, and ``Area_10`` sorts after ``Area_9`` (by number, not text)."""
+    doc = folds(["Area_10", "Area_01", "Area_9"])
+    assert list(doc["folds"]) == ["1", "9", "10"]
+    assert doc["folds"]["1"] == {"test": ["Area_01"], "train": ["Area_9", "Area_10"]}
+
+
 def test_manifest_totals_are_the_sums():
     a = {"num_points": 5, "class_counts": np.array([1, 4] + [0] * 11)}
     b = {"num_points": 3, "class_counts": [0] * 12 + [3]}

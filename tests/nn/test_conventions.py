@@ -4,14 +4,16 @@ refusing `pos_nn` keys, TorchScript as PyG's layer (or a clear refusal), `torch.
 of ours, and checked hyperparameters and positions."""
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 import re
 
 import pytest
 import torch
 from torch_geometric.nn import PointTransformerConv
 
-from pointgeope.model.attention import options_for
+from pointgeope.model.attention import PRESETS, options_for
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
 
 
@@ -68,7 +70,7 @@ def test_a_checkpoint_of_another_encoding_refuses_to_load_naming_it(saved_pe, ot
     torch.manual_seed(0)
     saved = GeoPEPointTransformerConv(4, 12, pe=saved_pe)
     state = roundtrip(saved.state_dict())
-    assert bytes(state["pe"].tolist()).decode() == saved_pe
+    assert json.loads(bytes(state["pe"].tolist()).decode()) == dataclasses.asdict(PRESETS[saved_pe])
     other_layer = GeoPEPointTransformerConv(4, 12, pe=other)
     with pytest.raises(RuntimeError, match=rf"pe: the checkpoint was saved with pe='{re.escape(saved_pe)}', this "
                                            rf"layer has pe='{re.escape(other)}'; build it with pe="):

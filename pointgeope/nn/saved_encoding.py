@@ -1,0 +1,65 @@
+"""The positional encoding of a :class:`~pointgeope.nn.point_transformer_conv.GeoPEPointTransformerConv` as its
+``state_dict`` keeps it (key ``pe``, UTF-8 bytes as ``uint8``), and read back as the encoding it names.
+
+Saved: the encoding's settings as JSON, its fields by name in sorted order::
+
+    {"absolute": false, "relation_delta": false, "rotation": "geope", "value": "rpe"}
+
+so that a checkpoint names its encoding by what it computes, not by a preset's name (which may be renamed) nor by
+the dataclass's printed ``repr`` (which may change its wording): a layer loads it where its encoding is equal, field
+by field. Read: that JSON (a field missing takes the dataclass's default, so a field added later with its old
+behaviour as default keeps old checkpoints loading), a key of :data:`pointgeope.model.PRESETS` (checkpoints that
+saved a preset by name) or ``PositionalEncoding(rotation='geope', relation_delta=True, value='geope',
+absolute=False)`` (those that saved a custom encoding's ``repr``); anything else reads as ``None``.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+
+from pointgeope.model.attention import PRESETS, PositionalEncoding
+
+__all__ = ["encoding_text", "saved_encoding"]
+
+# each field's kind, that of its default: text for ``rotation`` and ``value``, bool for the others
+_KINDS = {field.name: type(field.default) for field in dataclasses.fields(PositionalEncoding)}
+
+
+def encoding_text(pe: PositionalEncoding) -> str:
+    """The text saved for ``pe``: its fields as JSON, keys sorted."""
+    return json.dumps(dataclasses.asdict(pe), sort_keys=True)
+
+
+def saved_encoding(text: str) -> PositionalEncoding | None:
+    """The encoding ``text`` (saved by :func:`encoding_text` or by an older version: a preset's name, a ``repr``)
+    names; ``None`` where it names none (a damaged or hand-edited entry)."""
+    if text in PRESETS:
+        return PRESETS[text]
+    try:
+        fields = json.loads(text) if text.startswith("{") else _repr_fields(text)
+    except (ValueError, SyntaxError):
+        return None
+    return _encoding(fields)
+
+
+def _repr_fields(text: str) -> dict | None:
+    """The keyword arguments of ``PositionalEncoding(field=literal, ...)`` (a dataclass ``repr``); ``None`` for
+    other text. Parsed, never evaluated."""
+    call = ast.parse(text, mode="eval").body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "PositionalEncoding"
+            and not call.args and all(k.arg is not None for k in call.keywords)):
+        return None
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+
+
+def _encoding(fields: object) -> PositionalEncoding | None:
+    """The encoding of ``fields`` (field -> value, each a field of the dataclass with a value of its kind,
+    :data:`_KINDS`); ``None`` otherwise."""
+    if not isinstance(fields, dict) or not all(name in _KINDS and type(value) is _KINDS[name]
+                                               for name, value in fields.items()):
+        return None
+    try:
+        return PositionalEncoding(**fields)
+    except ValueError:                                               # a rotation or value term it does not know
+        return None
