@@ -61,7 +61,14 @@ def _last(ticket_ptr, T):
     threads) is ``T - 1``. That program sets the ticket back to 0 for the next launch. The callers run the
     reduction in every program, its steps ``tl.where(last, T, 0)`` and its stores masked by ``last``: an
     ``if last`` branch spilled a register in :func:`grad_sums` on sm_80 (``bench/triton_compile_check.py``). The
-    mask is ``cols < where(last, C, 0)``, not ``cmask & last``: the interpreter makes the latter int32."""
+    mask is ``cols < where(last, C, 0)``, not ``cmask & last``: the interpreter makes the latter int32.
+
+    On a GPU (programs at once, which the interpreter never runs) the compiled order is, in PTX's memory model:
+    every thread's partial stores, a barrier of the CTA, one thread's ``atom.gpu.acq_rel`` (its release covers
+    what the barrier ordered before it), its value broadcast through shared memory and a barrier (what the
+    acquire sees, every thread sees), then the last program's loads of the partials, past L1 (``.cg``): the
+    CUDA samples' last-block reduction, with no fence left out (``tests/model/test_triton_compile.py`` reads it
+    in the PTX). A launch sees the reset of the one before it on the same stream (the kernel boundary)."""
     tl.debug_barrier()                  # every thread's stores of the partial before the ticket
     ticket = tl.atomic_add(ticket_ptr + tl.program_id(1), 1, sem="acq_rel")
     last = ticket == T - 1

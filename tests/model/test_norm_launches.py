@@ -1,11 +1,14 @@
 """Tests of how many Triton kernels pointgeope/model/norm.py launches a call (in the eager step each launch is host
 time: ``docs/gpu.md``), counted at Triton's launch point under the interpreter, with the results still torch's
 ``BatchNorm1d`` (and ``relu``); and of the int32 tickets (norm_tickets.py) by which the last program of a reducing
-launch finishes its partials: left at zero after every launch, dropped when a launch stops part way."""
+launch finishes its partials: left at zero after every launch, zeroed in place when a launch stops part way, and
+never freed (a captured CUDA graph keeps their address)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -146,12 +149,28 @@ def test_a_launch_stopped_part_way_leaves_no_ticket_counted(interpreted):
     torch.testing.assert_close(ours.running_var, ref.running_var, rtol=1e-6, atol=1e-6)
 
 
-def test_taken_drops_the_tickets_of_a_launch_that_raised(interpreted):
+def test_taken_zeroes_in_place_the_tickets_of_a_launch_that_raised(interpreted):
     """A launch raising inside :func:`norm_tickets.taken` (its tickets maybe counted: here one set to 3): the
-    error goes on, and the next ``taken`` hands a zeroed buffer."""
+    error goes on, and the next ``taken`` hands the same buffer, zeroed (a CUDA graph recorded with it still
+    launches on its address: a buffer dropped and made anew would leave the graph counting from freed memory)."""
     device = torch.device("cpu")
     with pytest.raises(KeyboardInterrupt), norm_tickets.taken(device, 2) as tickets:
         tickets[1] = 3
         raise KeyboardInterrupt
-    with norm_tickets.taken(device, 2) as fresh:
-        assert int(fresh.count_nonzero()) == 0 and fresh.numel() >= 2
+    with norm_tickets.taken(device, 2) as again:
+        assert again is tickets
+        assert int(again.count_nonzero()) == 0 and again.numel() >= 2
+
+
+def test_an_outgrown_ticket_buffer_is_kept(interpreted):
+    """More channel blocks than the buffer holds make a larger one; the old one stays alive (nothing else is
+    handed its memory while a captured graph may still count tickets there) and the new one is zeroed."""
+    device = torch.device("cpu")
+    with norm_tickets.taken(device, 2) as tickets:
+        old = weakref.ref(tickets)
+        size = tickets.numel()
+    del tickets
+    with norm_tickets.taken(device, size + 1) as larger:
+        assert larger.numel() > size and int(larger.count_nonzero()) == 0
+    gc.collect()
+    assert old() is not None

@@ -89,3 +89,58 @@ def test_the_tables_kernel_addresses_its_planes_in_64_bits():
     sizes = {args[names.index("N")], args[names.index("C")]}
     products = re.findall(r"arith\.muli (%[\w.]+), (%[\w.]+) : i32\b", proc.stdout)
     assert products and not [p for p in products if sizes & set(p)], products
+
+
+NORM_PTX = """
+import sys
+sys.path.insert(0, "bench")
+import inspect, json, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import triton_compile_check as check
+out = {}
+for name, kernel, sig, meta, options in check._norm_at(64, "bf16", True, prefix=True):
+    if name.startswith(("norm_statistics", "norm_grad_sums")):
+        names = list(inspect.signature(kernel.fn).parameters)
+        src = ASTSource(fn=kernel, signature={n: "constexpr" if n in meta else sig[n] for n in names},
+                        constexprs={(names.index(k),): v for k, v in meta.items()})
+        out[name] = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+print(json.dumps(out))
+"""
+
+
+def _ticket_order(ptx: str) -> list[str]:
+    """The PTX lines that order a reducing kernel's partials and ticket, without operands' noise: each store
+    to global memory, barrier, atomic, store to and load from shared memory, and load past L1, in order."""
+    import re
+
+    kinds = [("st.global", r"\bst\.global\b"), ("bar", r"\bbar\.sync\b"), ("atom", r"\batom\."),
+             ("st.shared", r"\bst\.shared\b"), ("ld.shared", r"\bld\.shared\b"), ("ld.cg", r"\bld\.global\.cg\b")]
+    return [kind for line in ptx.splitlines() for kind, pattern in kinds if re.search(pattern, line)]
+
+
+def test_the_norm_reductions_order_their_partials_before_the_ticket_and_read_them_after():
+    """The last program of a channel block reads partials other programs stored in the same launch, which the
+    interpreter (programs one after another) cannot check: compiled for sm_90, each of ``statistics`` and
+    ``grad_sums`` stores its partials, then a barrier of its threads, then one atomic on the ticket,
+    acquire-release at GPU scope and predicated (one thread), its result broadcast through shared memory and a
+    barrier, and only then loads of the partials, past L1 (``.cg``): the CUDA memory model's release by one
+    thread after a CTA barrier and acquire before one (the last-block reduction of the CUDA samples)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", NORM_PTX], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptxs = json.loads(proc.stdout)
+    assert {name.split("_bf16")[0] for name in ptxs} == {"norm_statistics", "norm_grad_sums"}
+    for name, ptx in ptxs.items():
+        atoms = [line.strip() for line in ptx.splitlines() if "atom." in line]
+        assert len(atoms) == 1 and atoms[0].startswith("@%p"), (name, atoms)
+        assert "atom.global.gpu.acq_rel.add" in atoms[0], (name, atoms)
+        order = _ticket_order(ptx)
+        at = order.index("atom")
+        before, after = order[:at], order[at + 1:]
+        assert "bar" in before[len(before) - before[::-1].index("st.global"):], (name, before[-8:])
+        assert "ld.cg" not in before and after[0] == "st.shared", (name, after[:6])
+        first_load = after.index("ld.cg")
+        assert after.index("bar") < after.index("ld.shared") < first_load, (name, after[:first_load + 1])
