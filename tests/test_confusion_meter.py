@@ -224,10 +224,10 @@ def test_a_prediction_equal_to_the_ignore_label_is_refused_not_dropped():
 
 
 def test_more_than_ten_labels_out_of_range_end_in_a_mark():
-    """The meter names the first ten distinct labels out of range and marks the rest with ``...``, as
-    ``confusion_matrix`` does (before: the first ten alone, as if they were all)."""
+    """The meter names the first ten distinct labels out of range and counts the rest, as ``confusion_matrix``
+    does (before: the first ten alone, as if they were all)."""
     meter = ConfusionMeter(num_classes=3)
     with pytest.raises(ValueError) as err:
         meter.update(torch.arange(3, 15), torch.tensor([0] * 11 + [20]))
     assert str(err.value) == ("expected labels in 0..2; out of range: target [20], pred [3, 4, 5, 6, 7, 8, 9, 10, 11, "
-                              "12, ...]")
+                              "12, and 2 more]")
