@@ -208,7 +208,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 
 def is_leftover(name: str) -> bool:
-    """Whether a file name is one of :func:`atomic_path`'s temporary files (``.<name>.<8 characters>.tmp<suffix>``):
+    """Whether a file name is one of :func:`atomic_path`'s temporary files (``.<name>.<8 hex digits>.tmp<suffix>``):
     in a folder whose lock is free, a killed writer's leftover, not data."""
     return _LEFTOVER.fullmatch(name) is not None
 
