@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from shlex import quote
 
-from pointgeope.constants import AREA_NAME
+from pointgeope.constants import AREA_NAME, AREAS
 from pointgeope.errors import UserError
 from pointgeope.plural import agreeing, first_of
 
@@ -39,9 +39,8 @@ _HOLDS_AREA = re.compile(r"(?<![a-z0-9])area[ _-]?(\d+)(?![0-9])", re.IGNORECASE
 _ARCHIVE = re.compile(r"(?:.+\.(?:zip|tar\.gz|tgz|tar\.bz2|tbz2?|tar\.xz|txz|tar|7z|rar)"
                       r"|(?:[^.]*|.*\.[^.]*[^.a-z][^.]*)\.(?:gz|bz2|xz))(?P<partial>\.(?:part|crdownload|download))?",
                       re.IGNORECASE)
-# S3DIS's areas, Area_1 ... Area_6; and the words of the whole dataset's archive named for none of them
-# (Stanford3dDataset_v1.2_Aligned_Version.tar, s3dis.tar.gz, dataset.7z, 2D-3D-S.zip.part): named in a warning
-S3DIS_AREAS = range(1, 7)
+# the words of the whole dataset's archive named for none of its areas (Stanford3dDataset_v1.2_Aligned_Version.tar,
+# s3dis.tar.gz, dataset.7z, 2D-3D-S.zip.part): named in a warning while one of S3DIS's six has no folder
 DATASET_NAME = re.compile(r"s3dis|stanford|dataset|2d-?3d-?s", re.IGNORECASE)
 OBJECT = re.compile(r"(.+)_(\d+)")
 # an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
@@ -134,6 +133,13 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
 def _numbers(areas: dict[str, str]) -> set[int]:
     """The area numbers ``N`` of the areas with a folder (``areas``: area -> folder)."""
     return {area_number(a) for a in areas}
+
+
+def _missing_areas(areas: dict[str, str]) -> list[str]:
+    """S3DIS's areas (:data:`pointgeope.constants.AREAS`) without a folder in ``areas`` (area -> folder), by number
+    (``Area_01`` has one for ``Area_1``)."""
+    numbers = _numbers(areas)
+    return [area for area in AREAS if area_number(area) not in numbers]
 
 
 def _without_folder(pattern: re.Pattern, files: list[str], areas: dict[str, str]) -> list[str]:
@@ -233,7 +239,7 @@ def likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip:
     is among them only where it is no readable zip (cut short: no member list to read); a readable one's members say
     what it holds (:func:`check_zipped_areas`)."""
     numbers = _numbers(areas)
-    missing = bool(set(S3DIS_AREAS) - numbers)
+    missing = bool(_missing_areas(areas))
 
     def may_hold(path: str, name: str) -> bool:
         if m := _HOLDS_AREA.search(name):
@@ -274,7 +280,7 @@ def likely_area(location: str, path: str, in_zip: bool, areas: dict[str, str]) -
                 f"area, {action}")
     if not areas:
         return f"{path} is an archive, and prepare opens no archive inside RAW: if it holds the dataset, {action}"
-    missing = [f"Area_{k}" for k in S3DIS_AREAS if k not in _numbers(areas)]
+    missing = _missing_areas(areas)
     n = len(missing)
     return (f"{path} may be an archive of the whole dataset (by its name), and {', '.join(missing)} "
             f"{agreeing(n, 'has', 'have')} no folder here (prepare opens no archive inside RAW, so "

@@ -112,7 +112,7 @@ def prepare(cfg: PrepareConfig) -> dict:
                                   source.ignored_folders)  # 4
         shutil.rmtree(out / ".work", ignore_errors=True)  # only now: it holds the checksums of step 3
         print_summary(out, stock.ready, stock.refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs,
-                       source.ignored_folders)
+                      source.ignored_folders)
         return result
 
 

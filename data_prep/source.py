@@ -175,7 +175,8 @@ class Source:
         check_zipped_areas(self.location, listed, areas, in_zip)
         check_packed_areas(self.location, listed, areas, in_zip)
         if not areas:
-            raise SourceError(self._no_area_message(entries, likely_areas(self.location, listed, areas, in_zip, True)))
+            raise SourceError(self._no_area_message(entries, likely_areas(self.location, listed, areas, in_zip,
+                                                                             any_archive=True)))
         warn_likely_areas(self.location, listed, areas, in_zip)
         bare = [f"{areas[a]}/{r} ({_why_bare(f'{areas[a]}/{r}', (a, r) in has_annotations, spelt.get((a, r)))})"
                 for (a, r), files in sorted(rooms.items()) if not files]

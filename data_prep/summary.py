@@ -21,7 +21,7 @@ def ignored_text(ignored: tuple, area: str) -> str:
 
 
 def print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: set, t_parse: float,
-                   t_total: float, jobs: int, ignored: tuple = ()) -> None:
+                  t_total: float, jobs: int, ignored: tuple = ()) -> None:
     """nanoGPT-style: what was written, with the counts of points, classes and defects per area (``ignored``:
     the ``(folder inside Annotations, files)`` pairs not read, counted in their area's line)."""
     from pointgeope.constants import CLASS_NAMES

@@ -151,12 +151,12 @@ def atomic_unnamed(path: str | Path) -> Iterator[IO[bytes]]:
     system, the file system (NFS) or ``/proc`` has no such file, it is :func:`atomic_open`'s named one."""
     path = Path(path)
     check_replaceable(path)
-    try:
-        if not os.path.isdir("/proc/self/fd"):
-            raise OSError("no /proc/self/fd to give the file its name")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path.parent, os.O_TMPFILE | os.O_RDWR, 0o600)
-    except (AttributeError, OSError):  # no O_TMPFILE here: the named temporary file, and its errors' messages
+    fd = None
+    with contextlib.suppress(AttributeError, OSError):  # no O_TMPFILE here: the named temporary file, its messages
+        if os.path.isdir("/proc/self/fd"):  # (else the file could not be given its name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path.parent, os.O_TMPFILE | os.O_RDWR, 0o600)
+    if fd is None:  # outside the handler: the writer's own errors are not chained to that refusal
         with atomic_open(path, "wb") as f:
             yield f
         return
@@ -208,7 +208,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 
 def is_leftover(name: str) -> bool:
-    """Whether a file name is one of :func:`atomic_path`'s temporary files (``.<name>.<8 characters>.tmp<suffix>``):
+    """Whether a file name is one of :func:`atomic_path`'s temporary files (``.<name>.<8 hex digits>.tmp<suffix>``):
     in a folder whose lock is free, a killed writer's leftover, not data."""
     return _LEFTOVER.fullmatch(name) is not None
 

@@ -110,3 +110,13 @@ def test_report_with_a_cjk_run_name_warns_once_or_not_at_all(fonts, tmp_path, ca
                        f"matplotlib's font list ({matplotlib.get_cachedir()}/fontlist-*.json) so that it finds the "
                        "font, and run report again"]
     assert (tmp_path / "o" / "iou_per_class.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_warning_names_ten_missing_characters_and_counts_the_others():
+    """Twelve characters no font holds: the first ten, space-separated, then "and 2 more" (the count of the rest)."""
+    from pointgeope.report.fonts import missing_line
+
+    line = missing_line("一二三四五六七八九十百千")
+    assert line.startswith("warning: no installed font has the characters 一 二 三 四 五 六 七 八 九 十 and 2 more of ")
+    assert "百" not in line and "千" not in line
+    assert missing_line("一二").startswith("warning: no installed font has the characters 一 二 of the run ")

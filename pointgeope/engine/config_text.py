@@ -50,8 +50,13 @@ def config_text(path: Path) -> str:
             line = data[:err.start].replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n") + 1  # as the text's
             raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x}); a config is a UTF-8 "
                               "YAML file: save it as UTF-8") from None
-        text = "\0"
+        raise _binary(path) from None  # NUL bytes that are no UTF-16 text either
     if "\0" in text:
-        raise ConfigError(f"{path}: a binary file (it holds NUL bytes; a checkpoint or an array?), not a YAML config; "
-                          "give a config such as configs/demo.yaml, or a fold's config.yaml")
+        raise _binary(path)
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _binary(path: Path) -> ConfigError:
+    """The refusal of a file with NUL bytes that is no UTF-16 or UTF-32 text (a checkpoint given as ``--config``)."""
+    return ConfigError(f"{path}: a binary file (it holds NUL bytes; a checkpoint or an array?), not a YAML config; "
+                       "give a config such as configs/demo.yaml, or a fold's config.yaml")

@@ -72,7 +72,9 @@ def missing_line(missing: str) -> str:
     """The warning that the figures cannot draw the characters ``missing``, and what to install."""
     from matplotlib import get_cachedir
 
-    shown = " ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+    from pointgeope.plural import first_of
+
+    shown = first_of(missing, 10, " ")
     return (f"warning: no installed font has the characters {shown} of the run or class names: the figures draw "
             "them as boxes (the tables hold them); install a font that has them (for Chinese, Japanese and Korean: "
             "Noto Sans CJK, the package fonts-noto-cjk on Debian and Ubuntu), delete matplotlib's font list "

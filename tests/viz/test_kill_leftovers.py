@@ -99,3 +99,18 @@ def test_atomic_unnamed_without_unnamed_files_writes_through_a_named_one(tmp_pat
         f.write(b"bytes")
     assert len(seen) == 1 and seen[0].startswith(".fig.png.") and seen[0].endswith(".tmp.png")  # the named one
     assert os.listdir(tmp_path) == ["fig.png"] and (tmp_path / "fig.png").read_bytes() == b"bytes"
+
+
+def test_an_error_in_the_fallback_write_is_not_chained_to_the_refused_unnamed_file(tmp_path, monkeypatch):
+    """Where the unnamed file is refused (no O_TMPFILE: here the flag itself is missing), the named write ran inside
+    the handler of that refusal, so an error of the writer's own came chained to it ("During handling of the above
+    exception, another exception occurred: AttributeError ... O_TMPFILE"), a traceback about the fallback rather
+    than the error; and a refusal on a full disk would have made any later error of the writer's a DiskFullError."""
+    monkeypatch.delattr(os, "O_TMPFILE", raising=False)
+    path = tmp_path / "fig.png"
+    path.write_bytes(b"old")
+    with pytest.raises(RuntimeError) as caught, atomic_unnamed(path) as f:
+        f.write(b"half")
+        raise RuntimeError("the writer's own error")
+    assert caught.value.__context__ is None
+    assert os.listdir(tmp_path) == ["fig.png"] and path.read_bytes() == b"old"
