@@ -304,7 +304,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         super()._save_to_state_dict(destination, prefix, keep_vars)
         for name, value in self.settings().items():
             destination[prefix + name] = torch.tensor(value, dtype=torch.float64)
-        if self.settings():    # and the encoding's name, its bytes (rpe's and none's state_dict stays PyG's)
+        if self.settings():    # and the encoding, its settings as JSON bytes (rpe's and none's state_dict stays PyG's)
             destination[prefix + "pe"] = torch.tensor(list(encoding_text(self.pe).encode()), dtype=torch.uint8)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
