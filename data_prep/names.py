@@ -198,7 +198,8 @@ def check_packed_areas(location: str, files: list[str], areas: dict[str, str], i
     if partial := _without_folder(PARTIAL_AREA, files, areas):
         n = len(partial)
         what = agreeing(n, "is a partial download of an area's archive", "are partial downloads of areas' archives")
-        raise _left_out(location, partial, f"{what} without a folder here", f"finish or redo "
+        into = f"unpack {location} into a folder, " if in_zip else ""   # the folder the place below is in
+        raise _left_out(location, partial, f"{what} without a folder here", f"{into}finish or redo "
                         f"{agreeing(n, 'the download', 'the downloads')} and unpack {agreeing(n, 'it', 'them')}"
                         f"{_beside(areas, in_zip)}", areas)
     if packed := _without_folder(PACKED_AREA, files, areas):

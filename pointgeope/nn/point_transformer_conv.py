@@ -21,7 +21,7 @@ from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
 from pointgeope.nn.checks import check_finite, check_float_tensor, check_positions
 from pointgeope.nn.conv_options import check_options, check_read, pe_argument, preset_name
-from pointgeope.nn.saved_encoding import encoding_text, saved_encoding
+from pointgeope.nn.saved_encoding import encoding_text, saved_encoding, saved_text, unread_encoding
 from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 
 __all__ = ["GeoPEPointTransformerConv"]
@@ -304,7 +304,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         super()._save_to_state_dict(destination, prefix, keep_vars)
         for name, value in self.settings().items():
             destination[prefix + name] = torch.tensor(value, dtype=torch.float64)
-        if self.settings():    # and the encoding's name, its bytes (rpe's and none's state_dict stays PyG's)
+        if self.settings():    # and the encoding, its settings as JSON bytes (rpe's and none's state_dict stays PyG's)
             destination[prefix + "pe"] = torch.tensor(list(encoding_text(self.pe).encode()), dtype=torch.uint8)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -329,8 +329,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         saved_pe = state_dict.pop(prefix + "pe", None)              # geope's loaded into lingeope, rope3d, ape
         if saved_pe is not None and not settings:
             unexpected_keys.append(prefix + "pe")
-        elif saved_pe is not None and (pe := saved_encoding(_saved_name(saved_pe) or "")) is None:
-            error_msgs.append(f"{prefix}pe: expected the encoding's name as uint8 bytes, got {str(saved_pe)[:80]}")
+        elif saved_pe is not None and (pe := saved_encoding(saved_text(saved_pe) or "")) is None:
+            error_msgs.append(f"{prefix}pe: {unread_encoding(saved_pe)}")
         elif saved_pe is not None and pe != self.pe:                 # equal settings load, however saved
             error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe_argument(pe)}, this layer has pe="
                               f"{pe_argument(self.pe)}; build it with pe={pe_argument(pe)} to load it")
@@ -374,14 +374,6 @@ class _ZeroDelta(torch.nn.Module):
 
     def forward(self, diff: Tensor) -> Tensor:
         return diff.new_zeros(diff.shape[0], self.channels)
-
-
-def _saved_name(value) -> str | None:
-    """The encoding's name from its saved bytes; `None` for anything else (a damaged checkpoint's entry)."""
-    try:
-        return bytes(value.reshape(-1).tolist()).decode()
-    except (AttributeError, TypeError, ValueError):                # not a tensor, not bytes, not UTF-8
-        return None
 
 
 def _check_edge_index(edge_index: Tensor) -> None:

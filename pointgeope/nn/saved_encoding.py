@@ -10,7 +10,9 @@ the dataclass's printed ``repr`` (which may change its wording): a layer loads i
 by field. Read: that JSON (a field missing takes the dataclass's default, so a field added later with its old
 behaviour as default keeps old checkpoints loading), a key of :data:`pointgeope.model.PRESETS` (checkpoints that
 saved a preset by name) or ``PositionalEncoding(rotation='geope', relation_delta=True, value='geope',
-absolute=False)`` (those that saved a custom encoding's ``repr``); anything else reads as ``None``.
+absolute=False)`` (those that saved a custom encoding's ``repr``); anything else reads as ``None`` and is said by
+:func:`unread_encoding`. The text comes from a file: it is parsed, never run, and no text (nested ten thousand
+deep, a literal that cannot be built) escapes as a traceback.
 """
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ import dataclasses
 import json
 
 from pointgeope.model.attention import PRESETS, PositionalEncoding
+from pointgeope.recorded_text import repr_bounded
 
-__all__ = ["encoding_text", "saved_encoding"]
+__all__ = ["encoding_text", "saved_text", "saved_encoding", "unread_encoding"]
 
 # each field's kind, that of its default: text for ``rotation`` and ``value``, bool for the others
 _KINDS = {field.name: type(field.default) for field in dataclasses.fields(PositionalEncoding)}
@@ -31,6 +34,25 @@ def encoding_text(pe: PositionalEncoding) -> str:
     return json.dumps(dataclasses.asdict(pe), sort_keys=True)
 
 
+def saved_text(value: object) -> str | None:
+    """The text of the saved ``pe`` entry ``value`` (UTF-8 bytes as a ``uint8`` tensor); ``None`` for anything
+    else (a damaged checkpoint's entry: not a tensor, not bytes, not UTF-8)."""
+    try:
+        return bytes(value.reshape(-1).tolist()).decode()
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def unread_encoding(value: object) -> str:
+    """What a line says of the saved ``pe`` entry ``value`` that names no encoding: what was expected and what
+    came (its text where it is text, cut: a later version's field or rotation, a hand edit), and what to do."""
+    text = saved_text(value)
+    if text is None:
+        return f"expected the encoding as UTF-8 bytes (uint8), got {repr_bounded(value, 80)}"
+    return (f"expected an encoding this version knows (its settings as JSON, or a preset's name), got "
+            f"{repr_bounded(text, 160)}; load it with the version that saved it")
+
+
 def saved_encoding(text: str) -> PositionalEncoding | None:
     """The encoding ``text`` (saved by :func:`encoding_text` or by an older version: a preset's name, a ``repr``)
     names; ``None`` where it names none (a damaged or hand-edited entry)."""
@@ -38,8 +60,8 @@ def saved_encoding(text: str) -> PositionalEncoding | None:
         return PRESETS[text]
     try:
         fields = json.loads(text) if text.startswith("{") else _repr_fields(text)
-    except (ValueError, SyntaxError):
-        return None
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):   # what json and ast raise on text
+        return None                                                 # (ast.literal_eval's documented five)
     return _encoding(fields)
 
 

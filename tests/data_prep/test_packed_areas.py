@@ -217,3 +217,12 @@ def test_an_area_archive_in_a_zip_without_areas_is_unpacked_in_the_folder_of_the
     raw = zip_tree(tmp_path / "raw.zip", {"Area_3.tar.gz": b"x"})
     line = _refused(capsys, raw, tmp_path / "out")
     assert line.endswith(f"unpack {raw} into a folder and it in that folder")
+
+
+@pytest.mark.parametrize(("tree", "place"), [({}, "in that folder"), (AREA_1, "beside the areas there")])
+def test_a_partial_download_in_a_zip_says_the_folder_it_is_unpacked_in(tmp_path, capsys, tree, place):
+    """A zip RAW holding a partial download of an area: the line said to unpack it "in that folder" (no area
+    beside it) or "beside the areas there", naming no folder; it says to unpack the zip into one first."""
+    raw = zip_tree(tmp_path / "raw.zip", {**tree, "Area_3.zip.part": b"x"})
+    line = _refused(capsys, raw, tmp_path / "out")
+    assert f"; unpack {raw} into a folder, finish or redo the download and unpack it {place}" in line

@@ -90,7 +90,7 @@ def test_a_damaged_saved_encoding_name_is_an_error_naming_the_key(damaged):
     "'utf-8' codec can't decode byte 0xff" or "cannot convert 'float' object to bytes", naming no key."""
     state = GeoPEPointTransformerConv(4, 12, pe="geope").state_dict()
     state["pe"] = damaged
-    with pytest.raises(RuntimeError, match=r"pe: expected the encoding's name as uint8 bytes, got "):
+    with pytest.raises(RuntimeError, match=r"pe: expected the encoding as UTF-8 bytes \(uint8\), got "):
         GeoPEPointTransformerConv(4, 12, pe="geope").load_state_dict(state)
 
 

@@ -83,11 +83,29 @@ def test_a_custom_encoding_of_other_settings_refuses_naming_both():
 @pytest.mark.parametrize("text", [
     '{"rotation": "geope", "colour": "red"}', '{"rotation": "geope", "absolute": 1}', '{"rotation": "twist"}',
     '["geope"]', "{not json", "geope-v9", "PositionalEncoding('geope')", "PositionalEncoding(rotation=f())",
-    "__import__('os').system('true')"])
+    "__import__('os').system('true')",
+    "PositionalEncoding(rotation={[]: 1})", "PositionalEncoding(rotation={'geope', []})",
+    '{"rotation": ' + "[" * 5000 + "]" * 5000 + "}", "PositionalEncoding(rotation=" + "-" * 100_000 + "1)",
+    "PositionalEncoding(rotation=" + "[" * 300 + "]" * 300 + ")"])
 def test_a_saved_encoding_that_names_none_is_an_error_naming_the_key(text):
     """An unknown field, a field of the wrong kind, an unknown rotation, an unknown name, text that is no call of
-    the dataclass with literals (parsed, never run)."""
+    the dataclass with literals (parsed, never run); a literal that cannot be built (a list as a dict's key) and
+    text nested too deep for Python's parsers, which raised TypeError, RecursionError or MemoryError out of
+    ``load_state_dict``. The line says the text, cut where long."""
     state = GeoPEPointTransformerConv(4, 12, pe="geope").state_dict()
     state["pe"] = _text(text)
-    with pytest.raises(RuntimeError, match=r"pe: expected the encoding's name as uint8 bytes, got "):
+    with pytest.raises(RuntimeError) as err:
+        GeoPEPointTransformerConv(4, 12, pe="geope").load_state_dict(state)
+    shown = repr(text) if len(repr(text)) <= 160 else f"{repr(text)[:157]}... ({len(repr(text)):,} characters)"
+    assert (f"pe: expected an encoding this version knows (its settings as JSON, or a preset's name), got {shown}; "
+            "load it with the version that saved it") in str(err.value)
+
+
+def test_a_later_versions_encoding_is_said_as_its_text():
+    """A checkpoint of a later version (a field this one lacks) was said as a tensor of byte values
+    (``got tensor([123,  34,  97, ...``), which names nothing a reader can check."""
+    later = '{"absolute": false, "relation_delta": false, "rotation": "geope", "value": "rpe", "window": 2}'
+    state = GeoPEPointTransformerConv(4, 12, pe="geope").state_dict()
+    state["pe"] = _text(later)
+    with pytest.raises(RuntimeError, match=re.escape(f"got {later!r}; load it with the version that saved it")):
         GeoPEPointTransformerConv(4, 12, pe="geope").load_state_dict(state)
