@@ -7,7 +7,8 @@
   base ``<= 0`` gives NaN frequencies and a NaN or infinite scale NaN phases, without a word.
 - :func:`check_coordinates` (and :func:`check_finite`): positions and the point ops' coordinates finite and
   within ``+-COORD_LIMIT``; :func:`coordinates_outside` is that rule as a mask (no value read), for callers that
-  fold it into a read of their own (``pointgeope.nn``'s phase warning, the PTv3 inputs and encodings). Here,
+  fold it into a read of their own (``pointgeope.nn``'s phase warning); :func:`check_counted` the same rule with
+  the refused entries counted in a tensor's shape (the PTv3 inputs and encodings, whose rows are not points). Here,
   below the model, so that the operator's ``GeoPE`` module checks its positions by the point ops' rule;
   :mod:`pointgeope.model.ops.checks` re-exports the public names, where they were first defined.
 
@@ -23,7 +24,8 @@ from torch import Tensor
 
 from pointgeope.number_kind import is_real_scalar
 
-__all__ = ["check_real", "check_scale", "check_finite", "check_coordinates", "coordinates_outside", "COORD_LIMIT"]
+__all__ = ["check_real", "check_scale", "check_finite", "check_coordinates", "check_counted", "coordinates_outside",
+           "COORD_LIMIT"]
 
 # The largest |coordinate| the point ops take: 2^60 (about 1.15e18); check_coordinates says why.
 COORD_LIMIT = 2 ** 60
@@ -86,6 +88,19 @@ def check_coordinates(name: str, value: Tensor) -> None:
     bad = coordinates_outside(value)
     if bool(bad.any()):
         _refuse(name, value, bad)
+
+
+def check_counted(name: str, value: Tensor) -> None:
+    """Floating-point positions by :func:`check_coordinates`' rule in one read (a count), the message counting the
+    entries refused in ``value``'s shape rather than showing a row: for ``(B, L, 3)`` positions a row is a whole
+    cloud. NaN and infinite entries are named first (a second count, read only then)."""
+    outside = int(coordinates_outside(value).sum())
+    bad = int((~torch.isfinite(value)).sum()) if outside else 0
+    if bad:
+        raise ValueError(f"expected finite {name}, got {bad} non-finite values (NaN or inf) in {tuple(value.shape)}")
+    if outside:
+        raise ValueError(f"expected {name} within +-2^60 (as the point ops take them), got {outside} values outside "
+                         f"in {tuple(value.shape)}: recentre or rescale the coordinates")
 
 
 def coordinates_outside(value: Tensor) -> Tensor:

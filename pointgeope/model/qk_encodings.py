@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pointgeope.geope import BlockScale, apply_geope
-from pointgeope.geope_checks import check_scale, coordinates_outside
+from pointgeope.geope_checks import check_counted, check_scale
 from pointgeope.model.coord_augment import UTONIA_AUGMENT, CoordAugment
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
@@ -72,7 +72,7 @@ class QKEncoding(nn.Module):
         head_dim: ``D``, checked against ``q`` and ``k``.
         augment: a ``CoordAugment`` of the continuous positions, drawn at each call in training mode only.
         check_finite: check that the positions are finite and within ``+-2^60`` (the point ops' rule,
-            ``geope_checks.coordinates_outside``; one reduction read, on a GPU one synchronisation).
+            ``geope_checks.check_counted``; one reduction read, on a GPU one synchronisation).
 
     Shapes: ``q, k (B, H, L, D)``, ``coord (B, L, 3)`` float, ``grid (B, L, 3)`` integer or float (only
     ``pointrope`` reads it; others take ``None``).
@@ -152,13 +152,7 @@ def _check_positions(name: str, pos: Tensor | None, q: Tensor, check_finite: boo
     if name == "coord" and not pos.is_floating_point():
         raise TypeError(f"expected coord a floating-point tensor (metres), got {pos.dtype}")
     if check_finite and pos.is_floating_point():   # one read: NaN, inf, or beyond the point ops' +-2^60, where
-        outside = int(coordinates_outside(pos).sum())                   # GeoPE's axis norm overflows
-        bad = int((~torch.isfinite(pos)).sum()) if outside else 0
-        if bad:
-            raise ValueError(f"expected finite {name}, got {bad} non-finite values (NaN or inf) in {tuple(pos.shape)}")
-        if outside:
-            raise ValueError(f"expected {name} within +-2^60 (as the point ops take them), got {outside} values "
-                             f"outside in {tuple(pos.shape)}: recentre or rescale the coordinates")
+        check_counted(name, pos)                                        # GeoPE's axis norm overflows
 
 
 class GeoPEQK(QKEncoding):

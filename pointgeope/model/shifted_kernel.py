@@ -37,11 +37,8 @@ def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -
     path refuses stay there, to raise its own error with the kernel still on (a caller's mistake, not the
     kernel's failure: ``kernels.py``): a tensor on another device than ``x``, an ``out`` while ``x`` or ``minus``
     needs a gradient, an ``out`` whose rows overlap (a broadcast ``out``, stride 0)."""
-    dtype = torch.promote_types(tables.dtype, x.dtype)
-    dtype = dtype if minus is None else torch.promote_types(dtype, minus.dtype)
-    shapes = [x.shape[:-1], tables.shape[1:-1]] + ([] if minus is None else [minus.shape[:-1]])
     try:
-        rows = torch.broadcast_shapes(*shapes)
+        dtype, rows = _result(x, tables, minus)
     except RuntimeError:
         return False                                        # torch's path raises its own error
     width = x.shape[-1]
@@ -52,6 +49,15 @@ def takes(x: Tensor, tables: Tensor, minus: Tensor | None, out: Tensor | None) -
                                  and all(s != 0 or n < 2 for s, n in zip(out.stride(), out.shape, strict=True))))
             and all(t.device == x.device for t in (tables, minus, out) if t is not None)
             and not (torch.is_grad_enabled() and tables.requires_grad))
+
+
+def _result(x: Tensor, tables: Tensor, minus: Tensor | None) -> tuple[torch.dtype, torch.Size]:
+    """The result's dtype (the tables' promoted with ``x``'s and ``minus``'s) and its leading dims (the broadcast
+    of ``x``'s, the tables' rows and ``minus``'s; ``RuntimeError`` where they do not broadcast)."""
+    dtype = torch.promote_types(tables.dtype, x.dtype)
+    dtype = dtype if minus is None else torch.promote_types(dtype, minus.dtype)
+    shapes = [x.shape[:-1], tables.shape[1:-1]] + ([] if minus is None else [minus.shape[:-1]])
+    return dtype, torch.broadcast_shapes(*shapes)
 
 
 def _strides(t: Tensor, rows: torch.Size) -> list[int]:
@@ -65,10 +71,7 @@ def _launch(x: Tensor, tables: Tensor, minus: Tensor | None, transpose: bool, ou
     """``apply_shifted`` by one launch of ``triton_rotation.shifted`` (no autograd)."""
     import triton
 
-    dtype = torch.promote_types(tables.dtype, x.dtype)
-    dtype = dtype if minus is None else torch.promote_types(dtype, minus.dtype)
-    shapes = [x.shape[:-1], tables.shape[1:-1]] + ([] if minus is None else [minus.shape[:-1]])
-    rows, width = torch.broadcast_shapes(*shapes), x.shape[-1]
+    (dtype, rows), width = _result(x, tables, minus), x.shape[-1]
     if out is None:
         out = torch.empty(*rows, width, dtype=dtype, device=x.device)
     dims = [1] * (3 - len(rows)) + list(rows)

@@ -170,7 +170,6 @@ def test_torch_turns_every_kernel_off_and_unset_keeps_triton_to_cuda(monkeypatch
     assert "knn fell back to torch (OutOfResources" in kernels.status()
 
 
-
 def test_a_long_failure_is_said_cut_and_marked():
     """The first line of a kernel's error is said up to 300 characters, the cut marked with its length (it was cut
     at 300 with no mark, a part to be taken for the whole); a short one whole."""
@@ -182,6 +181,7 @@ def test_a_long_failure_is_said_cut_and_marked():
     with pytest.warns(KernelFallbackWarning):
         kernels.fail("fps", RuntimeError("b" * 300))
     assert kernels.failures()["fps"] == "RuntimeError: " + "b" * 300
+
 
 def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback(monkeypatch):
     from pointgeope.model.kernel_check import check_kernels, format_table, passed

@@ -57,7 +57,7 @@ def test_keys_are_the_plain_functions_on_every_point():
 
 
 def test_the_cpu_order_sorts_a_cloud_by_the_code_of_the_plain_functions():
-    """``pointgeope.morton_order.morton_order`` (the CPU FPS's tree, the CPU kNN's queries) is ``code`` of ``cell`` in
+    """``pointgeope.morton_order.morton_order`` (the CPU kNN's queries) is ``code`` of ``cell`` in
     the cloud's cube (``cube_scale`` of its side, float64) at ``morton_order.BITS`` bits, ties in row order (a stable
     sort), whatever rows precede the cloud; ``cloud_order`` the same of a whole cloud, float32 or float64."""
     from pointgeope.morton_order import BITS as bits, cloud_order, morton_order

@@ -25,6 +25,7 @@ from tests.model.qk_reference import F64, ROTARY, inputs, reference, thirds_refe
 
 # ---- each encoding against its reference ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("device", cuda_devices())
 @pytest.mark.parametrize("name, head_dim", [(name, d) for name in ROTARY for d in (ROTARY_HEAD_DIM, 16, 12)]
                          + [("geope", 7), ("geope", 3)])

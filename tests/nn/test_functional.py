@@ -68,6 +68,7 @@ def test_one_float64_input_turns_both_sides_in_float64(wide):
     torch.testing.assert_close(got_q, want_q, atol=0, rtol=0)
     torch.testing.assert_close(got_k, want_k, atol=0, rtol=0)
 
+
 def test_scores_match_the_spec_vectors(geope_vectors_path):
     """One block at pos_scale 1: block 0's phases are the positions, so the spec's matrices give the scores."""
     cases = [c for c in json.loads(geope_vectors_path.read_text())["matrix"] if c["axes"] == 3]

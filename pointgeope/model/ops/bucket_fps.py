@@ -36,6 +36,7 @@ __all__ = ["bucket_fps", "LEAF"]
 
 LEAF = 64           # points per leaf (kd order, 80k -> 20k points, one thread: 32 1.05x, 16 1.15x; a throwaway script)
 
+
 @numba.njit(cache=True)
 def _kd_order(points, start, n, leaf, p):
     """Rows ``0 .. n-1`` of the cloud ``points[start:start + n]`` in kd order for ``p`` leaves of ``leaf``: the

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pointgeope.geope_checks import coordinates_outside
+from pointgeope.geope_checks import check_counted
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, offset_tensor
 from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_of, serialization_depth
 
@@ -52,13 +52,7 @@ def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor
         raise ValueError(f"expected coord of shape (N, 3) float, got {tuple(coord.shape)} {coord.dtype}")
     if n == 0:
         raise ValueError("expected at least one point, got coord of shape (0, 3)")
-    outside = int(coordinates_outside(coord).sum())   # one read, the point ops' rule (geope_checks)
-    bad = int((~torch.isfinite(coord)).sum()) if outside else 0
-    if bad:
-        raise ValueError(f"expected finite coord, got {bad} non-finite values (NaN or inf) in {tuple(coord.shape)}")
-    if outside:       # GeoPE's float32 axis norm overflows from ~1.8e19: NaN logits without a word
-        raise ValueError(f"expected coord within +-2^60 (as the point ops take them), got {outside} values outside "
-                         f"in {tuple(coord.shape)}: recentre or rescale the coordinates")
+    check_counted("coord", coord)   # one read, the point ops' rule: GeoPE's float32 axis norm overflows from ~1.8e19
     if tuple(grid_coord.shape) != (n, 3) or grid_coord.dtype.is_floating_point:
         raise ValueError(f"expected grid_coord of shape ({n}, 3) integer, got {tuple(grid_coord.shape)} "
                          f"{grid_coord.dtype}")

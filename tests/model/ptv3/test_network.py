@@ -95,7 +95,6 @@ def test_bad_input_names_the_argument(model):
         run(model, **dict(data, coord=inf))
 
 
-
 def test_bad_offsets_name_the_entry_at_fault_whatever_the_number_of_clouds():
     """12 clouds, the eleventh empty: the refusal names ``offset[10]``, as PTv1's inputs check does
     (``ops.offsets.check_offset``); it showed the first 8 offsets, all right, cut with no mark."""
@@ -113,6 +112,7 @@ def test_bad_offsets_name_the_entry_at_fault_whatever_the_number_of_clouds():
         check_inputs(coord, grid, feat, torch.arange(10, n, 10))
     assert str(err.value) == f"expected offset[-1] == number of points {n}, got 110"
     check_inputs(coord, grid, feat, torch.arange(10, n + 1, 10))
+
 
 def test_training_step_reaches_every_parameter():
     torch.manual_seed(0)
