@@ -65,7 +65,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interleave
-from bench_io import git_state, save_json
+from bench_io import provenance, save_json
 from bench_model import synthetic_room
 from pointgeope.model.kernel_check import sync, timed
 from pointgeope.model.ops import HierarchySpec, OpsBackends, PointHierarchy, counts, fps, knn, sample_counts
@@ -374,7 +374,7 @@ def main() -> None:
     from pointgeope.info import device_summary
 
     result = {"device": args.device, "device_summary": device_summary(), "torch": torch.__version__,
-              "git": git_state(exclude=("bench/results",)), "cpu_model": _cpu_model(),
+              "provenance": provenance(torch.get_num_threads(), ("numpy", "torch", "numba", "pykdtree")),
               "cpu_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
               "points": args.points, "strides": STRIDES,
               "neighbours": NEIGHBOURS, "cases": {}}
@@ -398,16 +398,6 @@ def main() -> None:
         result["knn_variants"] = time_knn_variants(min(args.clouds), args.points, args.device)
         _write(result, args.out)
         print(json.dumps({k: result[k] for k in ("ops", "fps_variants", "knn_variants")}), flush=True)
-
-
-def _cpu_model() -> str:
-    """The host CPU's model name and core count (``/proc/cpuinfo``), "" where it cannot be read."""
-    try:
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
-    except OSError:
-        return ""
-    return f"{names[0]} x {len(names)}" if names else ""
 
 
 def _write(result: dict, out: Path) -> None:

@@ -83,13 +83,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args()
     import interleave
-    from bench_hierarchy import _cpu_model
     from bench_io import provenance, save_json
 
     base_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.base_ref], capture_output=True,
                                  text=True, check=True).stdout.strip()
     result = {"base": base_commit, "provenance": provenance(args.threads, ("numpy", "torch", "numba", "pykdtree")),
-              "cpu_model": _cpu_model(),
               "threads": args.threads, "points": args.points, "rounds": args.rounds, "calls": args.calls, "cases": {}}
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", base_commit], capture_output=True, check=True)

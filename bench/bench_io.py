@@ -68,6 +68,17 @@ def _version(package: str) -> str | None:
         return None
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The host CPU's model name and how many logical CPUs name it (``"AMD EPYC x 2"``), read from
+    ``cpuinfo``; "" where it cannot be read or names no model (not Linux)."""
+    try:
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+    except OSError:
+        return ""
+    return f"{names[0]} x {len(names)}" if names else ""
+
+
 def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("numpy", "torch"),
                tree: Path = ROOT) -> dict:
     """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` (this
@@ -75,10 +86,12 @@ def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("nu
     :data:`OUTPUTS`, tracked files only, the
     ``threads`` the run timed (one count, or the counts of a run that times several), the installed version
     of each of ``packages`` (None where absent), Python, the platform, the CPU count and the 1-minute load
-    average when it was taken (take it at the run's start: the commit is then the code that was imported)."""
+    average when it was taken (take it at the run's start: the commit is then the code that was imported), and
+    :func:`cpu_model`."""
     return {**git_state(tree, exclude=(OUTPUTS,)), "threads": threads, "versions": {p: _version(p) for p in packages},
             "python": platform.python_version(), "platform": platform.platform(),
-            "processor": platform.processor(), "cpu_count": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
+            "processor": platform.processor(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "load_average_1min": os.getloadavg()[0]}
 
 
 def out_path(out: Path | None, committed: Path, smoke: bool) -> Path:

@@ -148,10 +148,10 @@ def tables_take(pos: Tensor, block_scale: Tensor, channels: int) -> bool:
 
 def build_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     """``rotation_tables`` ``(5, N, C)`` in ``pos``'s dtype by one launch of ``triton_rotation.tables`` (a call
-    :func:`tables_take`)."""
+    :func:`tables_take`: ``block_scale`` already in ``pos``'s dtype, float32 or float64)."""
     import triton
 
-    pos, scale = pos.contiguous(), block_scale.to(pos.dtype).contiguous()
+    pos, scale = pos.contiguous(), block_scale.contiguous()
     out = torch.empty(5, pos.shape[0], channels, dtype=pos.dtype, device=pos.device)
     if out.numel() == 0:
         return out

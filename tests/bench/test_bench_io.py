@@ -86,3 +86,19 @@ def test_tree_dirty_is_the_provenances_dirty(checkout, git):
 
 def test_tree_dirty_outside_a_checkout_is_unknown(tmp_path):
     assert bench_io.tree_dirty(tmp_path) is None
+
+
+def test_cpu_model_names_the_model_and_counts_its_cpus(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Test CPU 9000\n\nprocessor\t: 1\nmodel name\t: Test CPU 9000\n")
+    assert bench_io.cpu_model(info) == "Test CPU 9000 x 2"
+    info.write_text("processor\t: 0\nHardware\t: something\n")        # no model name line (some ARM hosts)
+    assert bench_io.cpu_model(info) == ""
+    assert bench_io.cpu_model(tmp_path / "absent") == ""
+
+
+def test_provenance_carries_the_cpu_model(monkeypatch, tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("model name\t: Test CPU 9000\n")
+    monkeypatch.setattr(bench_io.cpu_model, "__defaults__", (info,))
+    assert bench_io.provenance(1)["cpu_model"] == "Test CPU 9000 x 1"

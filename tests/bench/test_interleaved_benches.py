@@ -234,3 +234,21 @@ def test_bench_norm_graphs_a_side_with_the_training_steps_recorder(monkeypatch):
     assert all(a is b for a, b in zip(first, again, strict=True))             # the recorded (static) outputs
     torch.testing.assert_close(again[0], module(x).detach())
     torch.testing.assert_close(again[1], module.weight.sum(0).expand(5, 3))
+
+
+def test_hierarchy_json_records_bench_io_provenance(monkeypatch, tmp_path):
+    """The saved JSON carries the one provenance every bench writes (commit, dirty, versions, CPU model)."""
+    import json
+    import sys
+
+    import bench_io
+
+    out = tmp_path / "hierarchy.json"
+    monkeypatch.setattr(sys, "argv", ["bench_hierarchy.py", "--out", str(out), "--device", "cpu", "--clouds", "1",
+                                      "--points", "2000", "--backends", "cpu", "--reps", "1", "--warmup", "0"])
+    bench_hierarchy.main()
+    got = json.loads(out.read_text())
+    prov = got["provenance"]
+    assert prov["commit"] == bench_io.git_commit() and prov["cpu_model"] == bench_io.cpu_model()
+    assert set(prov["versions"]) == {"numpy", "torch", "numba", "pykdtree"}
+    assert prov["threads"] == torch.get_num_threads() and "1x2000" in got["cases"]

@@ -88,7 +88,7 @@ def test_tree_backends_search_many_queries_in_morton_order_and_answer_each_as_th
     from pointgeope import morton_order as morton
     knn_module = sys.modules["pointgeope.model.ops.knn"]
     ordered = []
-    monkeypatch.setattr(morton, "cloud_order", lambda q: ordered.append(len(q)) or morton_order(q, 0, len(q)))
+    monkeypatch.setattr(morton, "cloud_order", lambda q: ordered.append(len(q)) or morton_order(q))
     morton_order = morton.morton_order
     big = knn_module._ORDERED_QUERIES + 700
     support, s_off = _clouds([6000, 900], seed=4)

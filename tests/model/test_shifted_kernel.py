@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pointgeope.geope import apply_geope, frequencies, rotation_matrix
-from pointgeope.model import kernels, rotation
+from pointgeope.model import kernels, rotation, shifted_kernel
 from pointgeope.model.rotation import apply_shifted, rotation_tables
 
 
@@ -247,3 +247,19 @@ def test_an_out_torch_refuses_is_torchs_error_and_keeps_the_kernel(ran, mistake)
     assert kernels.failures() == {}
     _same(apply_shifted(x.detach(), tables), rotation._shifted_torch(x.detach(), tables, None, False, None))
     assert ran == {"triton"}
+
+
+@pytest.mark.parametrize("pos_dtype, scale_dtype", [(torch.float64, torch.float32), (torch.float32, torch.float64),
+                                                    (torch.bfloat16, torch.bfloat16)])
+def test_tables_in_mixed_or_low_dtypes_stay_on_torch(interpreted_cpu, pos_dtype, scale_dtype):
+    """The tables' kernel reads the scales in the positions' dtype, float32 or float64, as given (no cast):
+    scales in another dtype, or bf16 positions, are left to torch's path, which builds them in ``pos``'s dtype."""
+    g = torch.Generator().manual_seed(6)
+    pos, scale = torch.rand(12, 3, generator=g).to(pos_dtype), (frequencies(24) * 25.0 / 3)[:8].to(scale_dtype)
+    assert not shifted_kernel.tables_take(pos, scale, 24)
+    rotation.TABLES_KERNEL.ran.clear()
+    got = rotation_tables(pos, scale, 24)
+    assert rotation.TABLES_KERNEL.ran == set() and got.dtype == pos_dtype
+    mats = rotation_matrix(3 * scale.double()[:, None] * pos.double()[:, None, :])            # (N, n, 3, 3)
+    atol = 0.25 if pos_dtype == torch.bfloat16 else 1e-5        # bf16: phases up to ~25 rad known to 2^-8
+    torch.testing.assert_close(got[2, :, 0:24:3].double(), mats[:, :, 0, 0], rtol=0, atol=atol)
