@@ -17,7 +17,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -213,17 +213,23 @@ def is_leftover(name: str) -> bool:
     return _LEFTOVER.fullmatch(name) is not None
 
 
-def remove_leftovers(folder: str | Path, recursive: bool = True) -> list[Path]:
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def remove_leftovers(folder: str | Path, recursive: bool = True, locked: bool = True,
+                     log: Callable[[str], None] | None = _say) -> list[Path]:
     """Delete the temporary files that a killed writer left in ``folder`` and (``recursive``) its sub-folders;
-    returns them. Call it only while holding the lock of ``folder`` (:mod:`pointgeope.lock`): a live writer's
-    temporary file looks the same. A sub-folder that holds a lock file of its own
-    (:func:`pointgeope.lock.has_lock_file`: a ``predict --out`` made in a fold folder, a data root in a raw
-    folder) is another writer's, which may be writing there now: neither it nor the folders below it are
-    searched. Symbolic links to folders are not followed."""
+    returns them, and ``log`` says each in one line (``removed PATH, left by an interrupted run``; ``None``:
+    silent). Call it only while holding the lock of ``folder`` (:mod:`pointgeope.lock`), or (``locked=False``)
+    of a folder above it: a live writer's temporary file looks the same. A sub-folder that holds a lock file
+    of its own (:func:`pointgeope.lock.has_lock_file`: a ``predict --out`` made in a fold folder, a data root in
+    a raw folder), and with ``locked=False`` ``folder`` itself, is another writer's, which may be writing there
+    now: neither it nor the folders below it are searched. Symbolic links to folders are not followed."""
     from pointgeope.lock import has_lock_file  # (lock.py imports this module)
 
     folder = Path(folder)
-    if not folder.is_dir():
+    if not folder.is_dir() or (not locked and has_lock_file(folder)):
         return []
     removed = []
     for root, dirs, files in os.walk(folder):
@@ -231,6 +237,8 @@ def remove_leftovers(folder: str | Path, recursive: bool = True) -> list[Path]:
         dirs[:] = sorted(d for d in dirs if recursive and not has_lock_file(Path(root, d)))
     for path in removed:
         path.unlink(missing_ok=True)
+        if log is not None:
+            log(f"removed {path}, left by an interrupted run")
     return removed
 
 

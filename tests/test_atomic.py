@@ -174,6 +174,24 @@ def test_leftovers_are_not_searched_for_in_another_writers_folder(tmp_path):
     assert remove_leftovers(tmp_path / "pred", recursive=False) == [tmp_path / "pred" / name]  # its own writer's
 
 
+def test_a_folder_cleared_under_a_lock_above_it_is_left_to_its_own_writer_and_each_removal_is_said(tmp_path):
+    """`locked=False` (the caller holds a folder above's lock, as ablate RUN's for RUN/report/fold_K): a folder
+    with a lock file of its own is its writer's, left alone; without one its leftovers go, one line each."""
+    from pointgeope.atomic import remove_leftovers
+
+    said: list[str] = []
+    killed = [tmp_path / ".a.json.0a1b2c3d.tmp.json", tmp_path / ".b.md.9efd0e96.tmp.md"]
+    for path in killed:
+        path.write_text("half")
+    (tmp_path / ".lock").write_text("{}")
+    assert remove_leftovers(tmp_path, locked=False, log=said.append) == [] and said == []
+    assert all(path.exists() for path in killed)
+    (tmp_path / ".lock").unlink()
+    assert remove_leftovers(tmp_path, locked=False, log=said.append) == killed
+    assert said == [f"removed {path}, left by an interrupted run" for path in killed]
+    assert not any(path.exists() for path in killed)
+
+
 def test_only_the_names_atomic_path_makes_are_leftovers(tmp_path):
     """The names of atomic_path's temporary files are leftovers; another program's temporary file in a folder
     written here (`predict --out .`), named as Python's mkstemp names them (8 of [a-z0-9_]), is not: it was

@@ -280,7 +280,7 @@ def test_the_iou_chart_says_which_folds_each_run_pooled(tmp_path, monkeypatch):
     assert titles[1][0] == "geope: confusion, row-normalised, pooled over 4 of 6 folds: Area_1, Area_2, Area_4, Area_5"
 
 
-def test_a_report_into_its_run_leaves_the_folds_temporary_files(tmp_path):
+def test_a_report_into_its_run_leaves_the_folds_temporary_files(tmp_path, capsys):
     """report --out RUN searched every folder below out for a killed writer's temporary files and deleted a
     running train's ``.last.pt.XXXXXXXX.tmp`` in RUN/area_1 (its lock is out's, not the fold's), so that
     train's rename failed; a report's own leftover in out is still removed."""
@@ -292,3 +292,5 @@ def test_a_report_into_its_run_leaves_the_folds_temporary_files(tmp_path):
     killed.write_bytes(b"a report killed as it wrote")
     assert cli.main(["report", str(run), "--out", str(run)]) == 0
     assert live.read_bytes() == b"a train writing" and not killed.exists()
+    printed = capsys.readouterr().out
+    assert f"removed {killed}, left by an interrupted run\n" in printed and str(live) not in printed

@@ -329,7 +329,7 @@ def test_a_std_over_seeds_on_a_tie_prints_rounded_half_up():
     assert csv_row["std_pct"] == "1.2500"
 
 
-def test_a_rewrite_removes_the_temporary_files_of_a_killed_ablate(tmp_path):
+def test_a_rewrite_removes_the_temporary_files_of_a_killed_ablate(tmp_path, capsys):
     """`kill -9` of ablate while it wrote its report left `.ablation.json.<8 characters>.tmp.json` in
     RUN/report/fold_K: every later ablate wrote the report beside it and kept it for good. Only that folder
     is cleared (ablate holds RUN's lock); a file of another name, and the folders below, are left alone."""
@@ -341,9 +341,10 @@ def test_a_rewrite_removes_the_temporary_files_of_a_killed_ablate(tmp_path):
         path.write_text("half")
     written = write_ablation(variants(), out)
     assert sorted(p for p in out.rglob("*") if p.is_file()) == sorted(written + kept)
+    assert capsys.readouterr().out.splitlines() == [f"removed {path}, left by an interrupted run" for path in killed]
 
 
-def test_a_report_folder_with_a_lock_of_its_own_is_left_to_its_writer(tmp_path):
+def test_a_report_folder_with_a_lock_of_its_own_is_left_to_its_writer(tmp_path, capsys):
     """ablate writes RUN/report/fold_K under RUN's lock; a `report --out RUN/report/fold_K` holds that folder's
     own lock and may be writing its temporary files there now: ablate's clearing deleted them."""
     out = tmp_path / "report"
@@ -352,4 +353,4 @@ def test_a_report_folder_with_a_lock_of_its_own_is_left_to_its_writer(tmp_path):
     theirs = out / ".report.md.0a1b2c3d.tmp.md"
     theirs.write_text("being written")
     write_ablation(variants(), out)
-    assert theirs.read_text() == "being written"
+    assert theirs.read_text() == "being written" and "removed" not in capsys.readouterr().out

@@ -268,7 +268,7 @@ def generate(out: Path, config, log=print) -> dict:
     with folder_lock(out, f"pointgeope synth {out}"):
         for stale in (p for area_dir in sorted(out.glob("Area_*")) for p in remove_stale(area_dir)):
             log(f"removed the unfinished room {stale}")
-        remove_leftovers(out)  # a killed run's temporary files (its manifest's, written last), before "complete"
+        remove_leftovers(out, log=log)  # a killed run's temporary files (its manifest's, written last), first
         if check_out(out, settings) == "complete":
             log(f"{out} already holds the complete synthetic dataset with these settings; nothing to do")
             return json.loads((out / MANIFEST).read_text())

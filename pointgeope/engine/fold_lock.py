@@ -22,6 +22,6 @@ def fold_folder(run: Path, env: distributed.DistEnv) -> Iterator[None]:
         with distributed.refusal_shared():
             if env.is_main:
                 stack.enter_context(folder_lock(run, " ".join(sys.argv)))
-        for path in remove_leftovers(run) if env.is_main else ():
-            print(f"removed {path}, left by an interrupted run", flush=True)
+        if env.is_main:
+            remove_leftovers(run)
         yield

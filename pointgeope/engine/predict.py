@@ -280,7 +280,7 @@ def _predict_inputs(predictor: Predictor, args) -> int:
     """The scans of ``args.inputs`` found, checked, predicted and written (:func:`predict_scans`)."""
     from pointgeope.atomic import remove_leftovers, writable_folder
     from pointgeope.engine.predict_record import ScanRecords
-    from pointgeope.lock import folder_lock, has_lock_file
+    from pointgeope.lock import folder_lock
     from pointgeope.scans.sources import find_scans
 
     skipped: list[Path] = []
@@ -304,8 +304,8 @@ def _predict_inputs(predictor: Predictor, args) -> int:
     bugs: list[str] = []
     with folder_lock(args.out):  # SIGTERM (run_command): as Ctrl-C, the lock released
         for folder in {(Path(args.out) / ref.name).parent for ref in refs}:  # the folders it writes, no other's:
-            if folder == Path(args.out) or not has_lock_file(folder):  # not another predict's --out made there
-                remove_leftovers(folder, recursive=False)  # the temporary files of a run killed there (kill -9)
+            # the temporary files of a run killed there (kill -9); not another predict's --out made there
+            remove_leftovers(folder, recursive=False, locked=folder == Path(args.out))
         records = ScanRecords(args.out, predictor, args, force=args.force)
         done = _predict_all(predictor, refs, args, errors, bugs, records)
     failed, skip = ", ".join(getattr(e, "source", e) for e in errors), records.skipped

@@ -180,11 +180,9 @@ def write_ablation(variants: list[Variant], out: Path, header: str = "", digits:
     import json
 
     from pointgeope.atomic import remove_leftovers, write_text_atomic
-    from pointgeope.lock import has_lock_file
 
     out.mkdir(parents=True, exist_ok=True)
-    if not has_lock_file(out):
-        remove_leftovers(out, recursive=False)
+    remove_leftovers(out, recursive=False, locked=False)
     tables = {"ablation.md": header + ablation_markdown(variants, digits), "ablation.csv": ablation_csv(variants)}
     written = [write_text_atomic(out / name, text) for name, text in tables.items()]
     record = {"header": header, **ablation_json(variants),

@@ -352,8 +352,10 @@ def test_a_rerun_removes_the_temporary_files_of_a_killed_run(tiny_run, scans, tm
         path.write_bytes(b"half")
     (out / "other" / ".x.0a1b2c3d.tmp.npy").write_bytes(b"not predict's")
     assert cli(argv(tiny_run, scans, out)) == 0
-    capsys.readouterr()
+    printed = capsys.readouterr().out
     assert {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()} == files(tmp_path / "whole")
+    assert all(printed.count(f"removed {path}, left by an interrupted run\n") == 1 for path in killed)
+    assert "removed" not in printed.replace(f"removed {killed[0]}", "").replace(f"removed {killed[1]}", "")
     assert not any(path.exists() for path in killed)
     assert (out / "other" / ".x.0a1b2c3d.tmp.npy").read_bytes() == b"not predict's"
 
@@ -371,6 +373,7 @@ def test_a_sub_folder_with_a_lock_of_its_own_is_another_predicts_and_left_alone(
     ours = out / ".a_pred.npy.70089a4a.tmp.npy"
     ours.write_bytes(b"half")
     assert cli(["predict", str(tiny_run), str(two_folds / "Area_2.h5"), str(scans), "--out", str(out)]) == 0
-    capsys.readouterr()
+    printed = capsys.readouterr().out
     assert theirs.read_bytes() == b"being written" and not ours.exists()
+    assert f"removed {ours}, left by an interrupted run" in printed and str(theirs) not in printed
     assert any(p.name.endswith("_pred.npy") for p in (out / "Area_2").iterdir())

@@ -327,10 +327,12 @@ def test_a_rerun_removes_the_temporary_manifest_of_a_killed_run(tmp_path, capsys
     before = _tree(out)
     killed = out / ".synth_manifest.json.c0f75f2f.tmp.json"  # atomic_path's name for the manifest
     (out / MANIFEST).rename(killed)
-    (out / ".synth_settings.json.0a1b2c3d.tmp.json").write_text("{")  # a half-written one
+    half = out / ".synth_settings.json.0a1b2c3d.tmp.json"
+    half.write_text("{")  # a half-written one
     assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 0
-    capsys.readouterr()
+    printed = capsys.readouterr().out
     assert _tree(out) == before
+    assert all(f"removed {path}, left by an interrupted run\n" in printed for path in (killed, half))
 
 
 def test_a_run_killed_at_its_first_write_is_resumed_not_refused(tmp_path, capsys):
