@@ -45,7 +45,8 @@ median share of the kNN), the kNN share of the CPU's hierarchy.
 
 Usage: python bench/bench_hierarchy.py --out bench/results/hierarchy.json [--device cuda] [--clouds 2 16]
        [--points 80000] [--backends cpu default triton] [--reps 5] [--warmup 1] [--threads N] [--no-extra]
-Other scripts call ``time_hierarchy(backends, clouds, points, device)`` (and ``time_ops``, ``time_*_variants``).
+Other scripts call ``time_hierarchy(backends, clouds, points, device)``; the Triton ops alone and their kernel
+settings swept (``ops``, ``fps_variants``, ``knn_variants``) are timed by ``hierarchy_kernels.py``.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interleave
 from bench_io import provenance, save_json
 from bench_model import synthetic_room
-from pointgeope.model.kernel_check import sync, timed
+from pointgeope.model.kernel_check import sync
 from pointgeope.model.ops import HierarchySpec, OpsBackends, PointHierarchy, counts, fps, knn, sample_counts
 from pointgeope.model.ops.hierarchy import UP_NEIGHBOURS
 
@@ -95,7 +96,7 @@ def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.de
         with _unordered_queries():
             return spec(coord.to("cpu"), offset.to("cpu"))
     if label == "cpu_searched_up":
-        with _patched((sys.modules["pointgeope.model.ops.hierarchy"],), known_up=_search_every_row):
+        with patched((sys.modules["pointgeope.model.ops.hierarchy"],), known_up=_search_every_row):
             return spec(coord.to("cpu"), offset.to("cpu"))
     if label == "cpu_separate":
         return _separate(spec, coord.to("cpu"), offset.to("cpu").tolist())
@@ -259,7 +260,7 @@ def time_parts(labels: list[str], clouds: int, points: int, reps: int = 5) -> di
         _run(label, coord, offset, torch.device("cpu"))
         rows[label].append(dict(spent))
 
-    with _patched((hierarchy_module, sys.modules[__name__]), fps=clocked("fps", fps), knn=clocked("knn", knn)):
+    with patched((hierarchy_module, sys.modules[__name__]), fps=clocked("fps", fps), knn=clocked("knn", knn)):
         _, wall, _ = interleave.rounds({label: functools.partial(run, label) for label in labels}, reps)
     out = {}
     for label in labels:
@@ -272,7 +273,7 @@ def time_parts(labels: list[str], clouds: int, points: int, reps: int = 5) -> di
 
 
 @contextlib.contextmanager
-def _patched(modules, **names):
+def patched(modules, **names):
     """``names`` set on every module of ``modules`` inside the block, then restored."""
     saved = [(m, n, getattr(m, n)) for m in modules for n in names]
     try:
@@ -282,75 +283,6 @@ def _patched(modules, **names):
     finally:
         for m, n, value in saved:
             setattr(m, n, value)
-
-
-def _best_of(fn, device: torch.device, reps: int) -> float:
-    """The fastest of ``reps`` runs after one that compiles the kernels (the package's timer)."""
-    return min(timed(fn, device, reps)[1])
-
-
-def time_ops(clouds: int, points: int, device: str | torch.device, reps: int = 5) -> dict[str, float]:
-    """Seconds of the Triton ops of the first stages alone (FPS stride 4, kNN k = 8, down k = 16, 3-NN up)."""
-    device = torch.device(device)
-    coord, offset = (t.to(device) for t in batch(clouds, points))
-    sample, sub_off = fps(coord, offset, 4, backend="triton")
-    sub = coord[sample]
-    return {"fps_stride4": _best_of(lambda: fps(coord, offset, 4, backend="triton"), device, reps),
-            "knn_stage0_k8": _best_of(lambda: knn(coord, coord, 8, offset, offset, backend="triton"), device, reps),
-            "knn_down_k16": _best_of(lambda: knn(sub, coord, 16, sub_off, offset, backend="triton"), device, reps),
-            "knn_up_k3": _best_of(lambda: knn(coord, sub, 3, offset, sub_off, backend="triton"), device, reps)}
-
-
-ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (CHUNK_BLOCKS, ROUND_SAMPLES) of the sweep
-
-
-def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
-                      rounds: tuple[tuple[int, int], ...] = ROUNDS) -> dict[str, dict]:
-    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (CHUNK_BLOCKS, ROUND_SAMPLES), and ``stream``),
-    and whether its samples equal the default's: which to make the default."""
-    from pointgeope.model.ops import triton_fps, triton_fps_rounds
-
-    device = torch.device(device)
-    coord = batch(clouds, points)[0].to(device)
-    sizes = [points] * clouds
-    kept = sample_counts(sizes, 4)
-    ref = triton_fps.fps_triton(coord, sizes, kept)
-
-    def row(method: str, **settings) -> dict:
-        saved = {k: getattr(triton_fps_rounds, k) for k in settings}
-        try:
-            for k, v in settings.items():
-                setattr(triton_fps_rounds, k, v)
-            run = lambda: triton_fps.fps_triton(coord, sizes, kept, method)  # noqa: E731
-            return {"seconds": _best_of(run, device, reps), "equal": torch.equal(run(), ref)}
-        finally:
-            for k, v in saved.items():
-                setattr(triton_fps_rounds, k, v)
-
-    out = {f"rounds_gc{gc}_p{pcap}": row("rounds", CHUNK_BLOCKS=gc, ROUND_SAMPLES=pcap) for gc, pcap in rounds}
-    out["stream"] = row("stream")
-    return out
-
-
-def time_knn_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
-                      settings: tuple[tuple[int, int, int], ...] = ((64, 64, 8), (32, 64, 4), (32, 32, 4)),
-                      k: int = 16) -> dict[str, dict]:
-    """Seconds of the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, warps), each checked equal to the default's."""
-    from pointgeope.model.ops import triton_knn
-
-    device = torch.device(device)
-    coord, offset = (t.to(device) for t in batch(clouds, points))
-    ref = knn(coord, coord, k, offset, offset, backend="triton")[0]
-    saved = triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS
-    out = {}
-    try:
-        for bq, bs, w in settings:
-            triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS = bq, bs, w
-            run = lambda: knn(coord, coord, k, offset, offset, backend="triton")[0]  # noqa: E731
-            out[f"q{bq}_s{bs}_w{w}"] = {"seconds": _best_of(run, device, reps), "equal": torch.equal(run(), ref)}
-    finally:
-        triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS = saved
-    return out
 
 
 def main() -> None:
@@ -391,6 +323,8 @@ def main() -> None:
         _write(result, args.out)
         print(json.dumps({"parts": result["parts"]}), flush=True)
     if torch.device(args.device).type == "cuda" and not args.no_extra:
+        from hierarchy_kernels import time_fps_variants, time_knn_variants, time_ops
+
         result["ops"] = {f"{c}x{args.points}": time_ops(c, args.points, args.device) for c in args.clouds}
         _write(result, args.out)
         result["fps_variants"] = time_fps_variants(min(args.clouds), args.points, args.device)
