@@ -176,13 +176,22 @@ def _rows_kernel(q, s, cand, t, k, complete, rel, absolute, members, starts, siz
                 j = r if members is None else members[r]
                 if filled == k and (v > d2[i, k - 1] or (v == d2[i, k - 1] and j > idx[i, k - 1])):
                     break
-                p = filled if filled < k else k - 1
-                while p > 0 and (d2[i, p - 1] > v or (d2[i, p - 1] == v and idx[i, p - 1] > j)):
-                    d2[i, p], idx[i, p] = d2[i, p - 1], idx[i, p - 1]
-                    p -= 1
-                d2[i, p], idx[i, p] = v, j
-                filled = min(filled + 1, k)
+                filled = insert_ranked(idx, d2, i, filled, k, v, j)
         done[i] = complete or np.float64(d2[i, k - 1]) < np.float64(t[i, -1]) * (1.0 - rel) - absolute
 
 
+def _insert_ranked(idx, d2, i, filled, cap, v, j):   # pragma: no cover (compiled)
+    """Put the candidate ``(v, j)`` into row ``i`` of ``d2, idx`` whose first ``filled`` entries are sorted by
+    ``(distance, index)`` (the definition's order), at most ``cap`` kept (the last one falls off when full; the
+    caller has checked that ``(v, j)`` ranks before it): the row's new count."""
+    p = filled if filled < cap else cap - 1
+    while p > 0 and (d2[i, p - 1] > v or (d2[i, p - 1] == v and idx[i, p - 1] > j)):
+        d2[i, p], idx[i, p] = d2[i, p - 1], idx[i, p - 1]
+        p -= 1
+    d2[i, p], idx[i, p] = v, j
+    return min(filled + 1, cap)
+
+
+# the kernels' one insertion (this file's and up_known's), compiled where numba is
+insert_ranked = numba.njit(cache=True)(_insert_ranked) if numba is not None else _insert_ranked
 _kernel = numba.njit(cache=True)(_rows_kernel) if numba is not None else None

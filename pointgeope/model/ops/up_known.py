@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pointgeope.model.ops.knn_ties import insert_ranked
 from pointgeope.model.ops.offsets import counts
 
 try:
@@ -104,12 +105,7 @@ def _rows_kernel(nb, nd, coarse_row, eligible, idx, d2, done):   # pragma: no co
             j = coarse_row[nb[i, c]]
             if j < 0 or (filled == up and v == d2[i, up - 1] and j > idx[i, up - 1]):
                 continue
-            p = filled if filled < up else up - 1
-            while p > 0 and (d2[i, p - 1] > v or (d2[i, p - 1] == v and idx[i, p - 1] > j)):
-                d2[i, p], idx[i, p] = d2[i, p - 1], idx[i, p - 1]
-                p -= 1
-            d2[i, p], idx[i, p] = v, j
-            filled = min(filled + 1, up)
+            filled = insert_ranked(idx, d2, i, filled, up, v, j)
         done[i] = filled == up
 
 
