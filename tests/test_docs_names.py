@@ -1,7 +1,7 @@
 """What the pages name exists: an option a page gives `pointgeope <command>` or `train.py` is one of that command's
-options (and a synopsis of a command names them all), a config key a page names is a key of the config, a file
-of the repository a page names is in it, and a link to a page of docs/ from outside the site (a docstring, the
-changelog, a results folder's README) finds its page and heading.
+options (and a synopsis of a command names them all), a `make` target is the Makefile's, a config key a page
+names is a key of the config, a file of the repository a page names is in it, and a link to a page of docs/ from
+outside the site (a docstring, the changelog, a results folder's README) finds its page and heading.
 
 The site's own links are `mkdocs build --strict`'s (tests/test_docs_site.py, CI), the README's are
 tests/test_docs.py's; a reader copies a command or a key from any page, so each is checked where it is written.
@@ -49,8 +49,8 @@ def _command_options() -> dict[str, set[str]]:
 
 def _code(text: str) -> list[str]:
     """The shell text of a page: its fenced blocks' lines (continuations joined) and its code spans, each cut at
-    `&&`, `;` and a comment, so that each piece holds one command (not at `|`: a synopsis's `RUN/area_K | FILE.pt`
-    goes on with the command's options)."""
+    `&&`, `;` and ` #` (a comment is a piece too: it may name a command), so that each piece holds one command
+    (not at `|`: a synopsis's `RUN/area_K | FILE.pt` goes on with the command's options)."""
     fenced = re.findall(r"^```[a-z]*\n(.*?)^```$", text, re.M | re.S)
     spans = re.findall(r"``?([^`\n]+)``?", re.sub(r"^```[a-z]*\n.*?^```$", "", text, flags=re.M | re.S))
     lines = [line for block in fenced for line in block.replace("\\\n", " ").splitlines()] + spans
@@ -68,6 +68,16 @@ def unknown_options(text: str, options: dict[str, set[str]]) -> list[str]:
                 if option not in options[name]:
                     found.append(f"{name} {option}")
     return found
+
+
+def unknown_make_targets(text: str, targets: set[str]) -> list[str]:
+    """`make <target>` of the page's commands that the Makefile has no rule for."""
+    return [m.group(1) for piece in _code(text) for m in re.finditer(r"(?<![\w-])make\s+([a-z][\w-]*)", piece)
+            if m.group(1) not in targets]
+
+
+def _make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
 
 
 def synopsis_gaps(text: str, options: dict[str, set[str]]) -> list[str]:
@@ -154,6 +164,8 @@ def test_each_checker_finds_a_planted_mistake():
                                                  "viz --list"]
     assert synopsis_gaps(page, {**options, "predict": {"--out", "--format", "--tta", "--help"}}) == \
         ["predict: --format, --out, --tta"]  # its synopsis line names --formats alone; the other lines are none
+    assert unknown_make_targets("```bash\nmake demo BACKBONE=ptv3   # then make test\n```\n`make tests`, "
+                                "make it so", {"demo", "test"}) == ["tests"]
     keys = {"optim.lr", "model.ptv3.enc_depths", "model.geope_base"}
     assert unknown_keys("`optim.lr=0.1 optim.lrate=1`, `model.ptv3.*`, `model.geope_*`, `model.geope_ratio`, "
                         "`pointgeope.model.x`, `data.check`, `train.py`", keys) == ["optim.lrate", "model.geope_ratio"]
@@ -173,9 +185,10 @@ def test_the_options_keys_and_files_a_page_names_exist(page):
     text = page.read_text()
     options = _command_options()
     found = {"options": unknown_options(text, options), "synopses": synopsis_gaps(text, options),
+             "make": unknown_make_targets(text, _make_targets()),
              "keys": unknown_keys(text, {ref.key for ref in config_keys()}),
              "files": missing_files(text, set(_tracked()))}
-    assert found == {"options": [], "synopses": [], "keys": [], "files": []}
+    assert found == {"options": [], "synopses": [], "make": [], "keys": [], "files": []}
 
 
 def test_links_to_the_docs_from_outside_the_site_resolve():
