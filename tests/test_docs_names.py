@@ -10,6 +10,7 @@ Each checker is a function of a page's text, shown on a planted mistake first.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -39,6 +40,7 @@ NOT_FILES = {
 }
 
 
+@functools.cache
 def _command_options() -> dict[str, set[str]]:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -76,6 +78,7 @@ def unknown_make_targets(text: str, targets: set[str]) -> list[str]:
             if m.group(1) not in targets]
 
 
+@functools.cache
 def _make_targets() -> set[str]:
     return set(re.findall(r"^([a-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
 
@@ -149,6 +152,7 @@ def broken_links(name: str, text: str) -> list[str]:
     return found
 
 
+@functools.cache
 def _tracked(*patterns: str) -> list[str]:
     return subprocess.run(["git", "ls-files", *patterns], cwd=REPO, capture_output=True, text=True,
                           check=True).stdout.split()
@@ -183,7 +187,7 @@ def test_the_options_keys_and_files_a_page_names_exist(page):
     from pointgeope.engine.config_reference import config_keys
 
     text = page.read_text()
-    options = _command_options()
+    options = _command_options()  # cached: one parser, one listing of the repository for every page
     found = {"options": unknown_options(text, options), "synopses": synopsis_gaps(text, options),
              "make": unknown_make_targets(text, _make_targets()),
              "keys": unknown_keys(text, {ref.key for ref in config_keys()}),
