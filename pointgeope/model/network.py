@@ -39,7 +39,7 @@ from pointgeope.model.ops import (
     gather,
     interpolate_from,
 )
-from pointgeope.model.ops.checks import check_count, check_model_dtype
+from pointgeope.model.ops.checks import check_count, check_finite, check_model_dtype
 from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.rotation import constant
 
@@ -192,6 +192,10 @@ class PointTransformerSeg(nn.Module):
             checked by name (``check_sizes``).
         grid_size: voxel size (m) of the data; GeoPE phases use ``pos_scale = 1 / grid_size``.
         backends: point ops backends (default: measured per device).
+        check_finite: check that ``feat`` is finite in every call (``geope_checks.check_finite``: a ``ValueError``
+            naming the first bad row; a NaN or an infinity turns every logit of its cloud into NaN without a word),
+            one host read a call, on a GPU one synchronisation: off by default, as in torch's modules. The
+            training loader checks its batches' features on the CPU instead (``pointgeope.data.loader``).
         **overrides: fields of ``config`` to replace, e.g. ``PointTransformerSeg(pe="geope", planes=(16, 32))``.
 
     Shapes:
@@ -208,8 +212,9 @@ class PointTransformerSeg(nn.Module):
     """
 
     def __init__(self, config: ModelConfig | None = None, *, grid_size: float = 0.04,
-                 backends: OpsBackends = OpsBackends(), **overrides):
+                 backends: OpsBackends = OpsBackends(), check_finite: bool = False, **overrides):
         super().__init__()
+        self.check_finite = check_finite
         cfg = dataclasses.replace(config or ModelConfig(), **overrides)
         check_sizes(cfg)
         planes, strides, neighbours = tuple(cfg.planes), tuple(cfg.strides), tuple(cfg.neighbours)
@@ -247,6 +252,8 @@ class PointTransformerSeg(nn.Module):
     def forward(self, coord, feat: Tensor | None = None, offset: Tensor | list[int] | None = None,
                 hierarchy: PointHierarchy | None = None) -> Tensor:
         coord, feat, offset, counts = self._inputs(coord, feat, offset, read=hierarchy is None)
+        if self.check_finite:
+            check_finite("feat", feat)
         if hierarchy is None:
             hierarchy = self.hierarchy_spec(coord, counts)           # host offsets: no second copy from the device
         else:

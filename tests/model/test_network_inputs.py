@@ -151,3 +151,17 @@ def test_the_attention_layer_names_share_planes_before_dividing_by_it():
 
     with pytest.raises(ValueError, match=r"^expected share_planes >= 1, got 0$"):        # ZeroDivisionError before
         PointTransformerLayer(8, share_planes=0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_check_finite_refuses_non_finite_features_naming_the_row(model, bad):
+    """A NaN or an infinity in ``feat`` made every logit of its cloud NaN without a word; with ``check_finite``
+    it is a ValueError naming ``feat`` and the first bad row. Off (the default, as torch's modules) nothing is
+    read and the NaN comes through, so the option is what decides."""
+    coord, feat = torch.rand(12, 3), torch.rand(12, 6)
+    feat[7, 2] = bad
+    assert model(coord, feat, [12]).isnan().any()                    # the default: torch's convention
+    checked = PointTransformerSeg(**TWO_STAGES, check_finite=True).eval()
+    with pytest.raises(ValueError, match=r"expected finite feat, got 1 NaN or infinite entries \(the first in row 7"):
+        checked(coord, feat, [12])
+    assert torch.isfinite(checked(coord, torch.rand(12, 6), [12])).all()
