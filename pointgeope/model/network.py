@@ -42,6 +42,7 @@ from pointgeope.model.ops import (
 from pointgeope.model.ops.checks import check_count, check_finite, check_model_dtype
 from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.rotation import constant
+from pointgeope.model.small_batch import check_stage_rows
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
            "stage_grid_units", "check_sizes"]
@@ -258,6 +259,8 @@ class PointTransformerSeg(nn.Module):
             hierarchy = self.hierarchy_spec(coord, counts)           # host offsets: no second copy from the device
         else:
             self.hierarchy_spec.check(hierarchy, coord.shape[0], offset.shape[0])
+        if self.training:           # the stages' sizes, no value read: torch's BatchNorm error named nothing
+            check_stage_rows([n.shape[0] for n in hierarchy.neighbours], self.strides, offset.shape[0])
         return self.body(coord, feat, hierarchy)
 
     def body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:

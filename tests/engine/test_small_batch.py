@@ -80,3 +80,14 @@ def test_the_steps_rewrite_keeps_the_errors_class():
         train_step(cfg, None, net, batch, torch.device("cpu"))
     assert str(err.value).startswith("PTv3's pooling merged the 2 voxels of a training batch into one; the batch is "
                                      "one cloud of 2 points: data.crop_rate=0.001 keeps")
+
+
+def test_the_advice_names_the_stage_keys_of_the_backbone():
+    """PTv1's one-cloud batches are said through the same advice; its fewer stages are model.planes' lists, not
+    PTv3's model.ptv3.enc_depths (which a PTv1 config does not read)."""
+    from pointgeope.engine.small_batch import PTV1_STAGES
+
+    data = SimpleNamespace(voxel_max=None, crop_rate=None, grid_size=0.1)
+    assert small_batch_advice(data, 300, PTV1_STAGES).endswith(
+        "or use fewer stages (model.planes and the lists with it)")
+    assert small_batch_advice(data, 300).endswith("or use fewer stages (model.ptv3.enc_depths and the lists with it)")
