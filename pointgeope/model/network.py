@@ -40,6 +40,7 @@ from pointgeope.model.ops import (
     interpolate_from,
 )
 from pointgeope.model.ops.checks import check_count, check_finite, check_model_dtype
+from pointgeope.model.ops.hierarchy_check import check_hierarchy
 from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.rotation import constant
 from pointgeope.model.small_batch import check_stage_rows
@@ -204,7 +205,9 @@ class PointTransformerSeg(nn.Module):
         -> ``(N, num_classes)``; or a single ``torch_geometric`` ``Data``/``Batch`` with ``pos``, ``x`` (and for
         a batch ``ptr``, or a sorted ``batch`` vector: PyG's convention).
         ``hierarchy``: the ``PointHierarchy`` of ``coord`` built by ``model.hierarchy_spec`` (e.g. in the
-        data loader), or ``None`` to build it here.
+        data loader), or ``None`` to build it here. A given one is checked (``ops.hierarchy_check``): its
+        shapes always, its indices, distances and ``coord`` where that reads no GPU value (on the CPU, or with
+        ``check_finite``).
 
     Dtypes: ``feat`` in the model's dtype, ``coord`` in it or narrower (float16 into float32), as ``nn.Linear``
     wants them: a float64 cloud from NumPy into a float32 model is a ``TypeError`` naming ``coord`` (cast it, or
@@ -259,6 +262,7 @@ class PointTransformerSeg(nn.Module):
             hierarchy = self.hierarchy_spec(coord, counts)           # host offsets: no second copy from the device
         else:
             self.hierarchy_spec.check(hierarchy, coord.shape[0], offset.shape[0])
+            check_hierarchy(hierarchy, coord, self.strides, values=self.check_finite)   # values: on the CPU
         if self.training:           # the stages' sizes, no value read: torch's BatchNorm error named nothing
             check_stage_rows([n.shape[0] for n in hierarchy.neighbours], self.strides, offset.shape[0])
         return self.body(coord, feat, hierarchy)
