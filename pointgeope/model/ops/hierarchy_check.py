@@ -62,7 +62,7 @@ def check_hierarchy(hierarchy, coord: Tensor, strides: tuple[int, ...], values: 
             check_finite(f"hierarchy.up_dist2[{s}]", dist2)
         except ValueError as err:
             raise ValueError(f"{err}; {_AGAIN}") from None
-        if bool((dist2 < 0).any()):
+        if dist2.numel() and dist2.min() < 0:
             raise ValueError(f"expected hierarchy.up_dist2[{s}] >= 0 (squared distances), got {dist2.min().item()}; "
                              f"{_AGAIN}")
     for s, offsets in enumerate(hierarchy.offsets):
@@ -70,8 +70,9 @@ def check_hierarchy(hierarchy, coord: Tensor, strides: tuple[int, ...], values: 
             raise ValueError(f"expected hierarchy.offsets[{s}] nondecreasing and ending at the stage's "
                              f"{sizes[s + 1]} points, got {offsets.tolist()[:8]}; {_AGAIN}")
     for name, t, rows in tensors:
-        outside = (t < 0) | (t >= rows)
-        if bool(outside.any()):
+        lo, hi = torch.aminmax(t) if t.numel() else (0, 0)        # one pass; the mask only for the message
+        if lo < 0 or hi >= rows:
+            outside = (t < 0) | (t >= rows)
             first = outside.reshape(t.shape[0], -1).any(1).nonzero()[0].item()
             raise ValueError(f"expected hierarchy.{name} rows in [0, {rows}), got {int(outside.sum())} outside (the "
                              f"first in row {first}: {t[first].tolist()}); {_AGAIN}")
