@@ -327,7 +327,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             if saved != settings[name]:
                 error_msgs.append(f"{key}: the checkpoint was saved with {name}={saved!r}, this layer has "
                                   f"{name}={settings[name]!r}; build it with {name}={saved!r} to load it")
-        load_encoding(state_dict.pop(prefix + "pe", None), self.pe, prefix, bool(settings), unexpected_keys, error_msgs)
+        load_encoding(state_dict.pop(prefix + "pe", None), self.pe, prefix, settings, missing_keys, unexpected_keys,
+                      error_msgs)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 

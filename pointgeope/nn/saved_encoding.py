@@ -96,20 +96,20 @@ def _encoding(fields: object) -> PositionalEncoding | None:
         return None
 
 
-def load_encoding(saved: object, pe: PositionalEncoding, prefix: str, has_settings: bool, unexpected_keys: list[str],
-                  error_msgs: list[str]) -> None:
+def load_encoding(saved: object, pe: PositionalEncoding, prefix: str, settings: dict[str, float],
+                  missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
     """Compare a state_dict's ``pe`` entry ``saved`` (``None`` where it has none) with the layer's encoding ``pe``
-    (``has_settings``: the layer saves settings, so an entry): an entry of a layer without settings is unexpected,
-    one that names no encoding or another one an error, and none where there should be one a ``UserWarning`` (the
-    module docstring)."""
-    if saved is not None and not has_settings:
+    (``settings``: the layer's, which it saves with an entry): an entry of a layer without settings is unexpected,
+    one that names no encoding or another one an error, and none where the settings were saved a ``UserWarning``
+    (the module docstring; where they are missing too, as in PyG's own checkpoints, the missing keys say it)."""
+    if saved is not None and not settings:
         unexpected_keys.append(prefix + "pe")
     elif saved is not None and (loaded := saved_encoding(saved_text(saved) or "")) is None:
         error_msgs.append(f"{prefix}pe: {unread_encoding(saved)}")
     elif saved is not None and loaded != pe:                          # equal settings load, however saved
         error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe_argument(loaded)}, this layer has pe="
                           f"{pe_argument(pe)}; build it with pe={pe_argument(loaded)} to load it")
-    elif saved is None and has_settings:
+    elif saved is None and settings and not any(prefix + name in missing_keys for name in settings):
         warnings.warn(f"{prefix}pe: the checkpoint names no encoding (saved before layers recorded theirs); loaded "
                       f"as this layer's pe={pe_argument(pe)}, which it cannot confirm (other encodings of the same "
                       f"parameters and settings load alike): if that is the one it was trained with, save it again "
