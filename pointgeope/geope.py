@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.fixed_tables import FixedTables
-from pointgeope.geope_checks import check_coordinates, check_real, check_scale, coordinates_outside
+from pointgeope.geope_checks import check_coordinates, check_phase_scales, check_real, check_scale, coordinates_outside
 
 # check_real, check_scale (pointgeope.geope_checks) and FixedTables (pointgeope.fixed_tables) are importable
 # from here as well, where they were first defined.
@@ -281,7 +281,9 @@ class BlockScale(nn.Module):
     Args:
         channels: feature width ``C``.
         base: frequency base (the paper's lambda), a finite number > 0.
-        pos_scale: phase per unit of position at block 0 (``1 / grid_size`` gives voxel units), finite and > 0.
+        pos_scale: phase per unit of position at block 0 (``1 / grid_size`` gives voxel units), finite and > 0;
+            every ``k_b`` within ``[2^-126, 2^66]`` (``geope_checks.check_phase_scales``: float32 phases of any
+            accepted coordinate finite, no frequency rounded to 0).
         axes: ``A``.
         learnable: train the frequencies.
     """
@@ -294,6 +296,8 @@ class BlockScale(nn.Module):
             raise ValueError(f"expected axes in (1, 2, 3), got {axes!r}")
         if channels < 3:
             raise ValueError(f"expected at least 3 channels for one rotation block, got {channels}")
+        n = channels // 3                                    # w_b = base^(-2b / (3n)), b < n: phases within range
+        check_phase_scales(base, pos_scale, -2 * (n - 1) / (3 * n), axes)
         self.channels, self.base, self.pos_scale, self.axes = channels, base, pos_scale, axes
         self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
 

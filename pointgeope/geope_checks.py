@@ -5,6 +5,9 @@
   complex one real.
 - :func:`check_scale`: a frequency base, a position scale, a grid size must be a finite number ``> 0``; a
   base ``<= 0`` gives NaN frequencies and a NaN or infinite scale NaN phases, without a word.
+- :func:`check_phase_scales`: the phases per unit of position that a ``base`` and a ``pos_scale`` make, within
+  :data:`PHASE_SCALE_MIN` and :data:`PHASE_SCALE_MAX`: beyond, the phases of accepted coordinates overflow
+  float32 (NaN features), below, a frequency rounds to 0 (a block that never turns).
 - :func:`check_coordinates` (and :func:`check_finite`): positions and the point ops' coordinates finite and
   within ``+-COORD_LIMIT``; :func:`coordinates_outside` is that rule as a mask (no value read), for callers that
   fold it into a read of their own (``pointgeope.nn``'s phase warning); :func:`check_counted` the same rule with
@@ -24,11 +27,15 @@ from torch import Tensor
 
 from pointgeope.number_kind import is_real_scalar
 
-__all__ = ["check_real", "check_scale", "check_finite", "check_coordinates", "check_counted", "coordinates_outside",
-           "COORD_LIMIT"]
+__all__ = ["check_real", "check_scale", "check_phase_scales", "check_finite", "check_coordinates", "check_counted",
+           "coordinates_outside", "COORD_LIMIT", "PHASE_SCALE_MAX", "PHASE_SCALE_MIN"]
 
 # The largest |coordinate| the point ops take: 2^60 (about 1.15e18); check_coordinates says why.
 COORD_LIMIT = 2 ** 60
+# The phases per unit of position (and the frequencies) the encodings take: check_phase_scales says why.
+PHASE_SCALE_MAX = 2.0 ** 66
+PHASE_SCALE_MIN = 2.0 ** -126     # float32's smallest normal number
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 def check_real(name: str, value: Tensor, integer: bool = False) -> None:
@@ -52,6 +59,39 @@ def check_scale(name: str, value, what: str = "") -> float:
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"expected {name} a finite number > 0{what}, got {number}")
     return number
+
+
+def check_phase_scales(base: float, pos_scale: float, lowest: float, axes: int = 1, names: str = "base and pos_scale"
+                       ) -> None:
+    """``ValueError`` unless every phase per unit of position ``k(e) = pos_scale * base^e / axes`` and every
+    frequency ``w(e) = base^e``, for the exponents ``e`` in ``[lowest, 0]`` of the encoding (GeoPE's
+    ``-2 b / (3 n)``: ``lowest = -2 (n - 1) / (3 n)``; RoPE's ``-q / Q``: ``-(Q - 1) / Q``), lie within
+    ``[PHASE_SCALE_MIN, PHASE_SCALE_MAX] = [2^-126, 2^66]`` (``w`` within float32's ``[2^-126, FLT_MAX]``).
+    ``base`` and ``pos_scale`` are finite and ``> 0`` (:func:`check_scale`); ``log k`` is linear in ``e``, so the
+    extremes are at ``e = lowest`` and ``e = 0``.
+
+    Why ``2^66``: the encodings turn by ``k`` times a position in float32 (at least), positions within
+    ``+-2^60`` (:func:`check_coordinates`), so displacements within ``2^61`` per axis and ``|p_j - p_i| <=
+    sqrt(3) 2^61``: the phase ``k |p_j - p_i| <= sqrt(3) 2^127`` stays below float32's ``2^128`` (at ``k = 2^67``
+    linear GeoPE's phase of two opposite corners is ``inf`` and its features NaN). Why ``2^-126``: the tables are
+    made in float32, where a frequency below the smallest normal number loses its bits and, below ``2^-150``,
+    rounds to 0: that block never turns, without a word. The bound cannot say whether the phases of the caller's
+    positions are still resolved (float32 keeps 24 bits: at ``|k p| >= 2^24`` rad its step exceeds 1 rad); that is
+    the positions', said where they are read (``pointgeope.nn``'s phase warning)."""
+    per = f" / {axes}" if axes != 1 else ""
+    for e in (lowest, 0.0):
+        try:
+            w = base ** e
+        except OverflowError:                                   # e.g. (1e-320) ** -1
+            w = math.inf
+        for value, what, top, shown in ((w, "frequency base^e", _FLOAT32_MAX, "FLT_MAX"),
+                                        (pos_scale * w / axes, f"phase per unit pos_scale * base^e{per}",
+                                         PHASE_SCALE_MAX, "2^66")):
+            if not PHASE_SCALE_MIN <= value <= top:
+                side = "overflow float32 (NaN features)" if value > top else "round to 0 in float32 (no rotation)"
+                raise ValueError(f"expected {names} whose {what} lies in [2^-126, {shown}] for e in [{lowest:.4g}, "
+                                 f"0], got {value:.4g} at e = {e:.4g} (base={base!r}, pos_scale={pos_scale!r}): its "
+                                 f"phases would {side}")
 
 
 def check_finite(name: str, value: Tensor) -> None:

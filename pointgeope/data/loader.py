@@ -12,6 +12,10 @@ dataset's current epoch (a persistent worker would keep a stale copy).
 ``batch_transform`` runs on every collated batch inside the worker that built it (in the main process when
 ``num_workers = 0``): the engine passes one that computes the model's point hierarchy there, on the CPU,
 while the accelerator trains on the previous batch. The loader knows nothing of what it computes.
+
+Every batch's features ``x`` are checked finite where they are collated (``geope_checks.check_finite``, a
+``ValueError`` naming the first bad row): on the CPU, in the worker, so no step waits for a read from the
+accelerator; a NaN or an infinity in ``x`` would otherwise turn every logit of its cloud into NaN without a word.
 """
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch_geometric.data import Batch
 from torch_geometric.loader.dataloader import Collater
+
+from pointgeope.geope_checks import check_finite
 
 
 def seed_worker(worker_id: int) -> None:
@@ -36,13 +42,16 @@ def seed_worker(worker_id: int) -> None:
 
 
 class _CollateThen:
-    """PyG's collation of ``Data`` items into a ``Batch``, then ``transform(batch)`` (picklable for workers)."""
+    """PyG's collation of ``Data`` items into a ``Batch``, its features ``x`` checked finite, then
+    ``transform(batch)`` (picklable for workers)."""
 
     def __init__(self, dataset: Dataset, transform: Callable[[Batch], Batch] | None):
         self.collate, self.transform = Collater(dataset), transform
 
     def __call__(self, items: list) -> Batch:
         batch = self.collate(items)
+        if isinstance(getattr(batch, "x", None), torch.Tensor):
+            check_finite("x (the batch's input features)", batch.x)
         return batch if self.transform is None else self.transform(batch)
 
 

@@ -1,5 +1,6 @@
-"""PTv3 training batches too small for batch norm: refused at a fold's start when the config makes them
-certain, and, when a batch turns out so, one line naming the keys that made it small.
+"""Training batches too small for batch norm: PTv3's refused at a fold's start when the config makes them
+certain, and, when a batch of either backbone turns out so (:mod:`pointgeope.model.small_batch`), one line
+naming the keys that made it small.
 
 Batch norm in training needs two rows or more. The clouds of a batch never share a voxel (the batch index
 leads PTv3's serialization codes), so only a batch of one cloud can pool to one row: one sample per process,
@@ -16,7 +17,7 @@ of its voxels)::
 """
 from __future__ import annotations
 
-__all__ = ["batch_norm_problem", "one_cloud_batches", "small_batch_advice"]
+__all__ = ["PTV1_STAGES", "PTV3_STAGES", "batch_norm_problem", "one_cloud_batches", "small_batch_advice"]
 
 
 def one_cloud_batches(data, per_rank: int) -> bool:
@@ -35,13 +36,17 @@ def batch_norm_problem(data, per_rank: int) -> str | None:
             "batch norm needs two rows or more; raise data.voxel_max (PTv3's recipe: 204800) or data.batch_size")
 
 
-def small_batch_advice(data, points: int) -> str:
+PTV3_STAGES = "model.ptv3.enc_depths and the lists with it"   # the keys of fewer stages, per backbone
+PTV1_STAGES = "model.planes and the lists with it"
+
+
+def small_batch_advice(data, points: int, stages: str = PTV3_STAGES) -> str:
     """What made a one-cloud training batch of ``points`` points too small for batch norm, and what to do:
     ``data.voxel_max`` when the cloud is its samples cut to it (``points`` = ``voxel_max`` or twice, a Mix3D
     pair), else ``data.crop_rate`` when set (first when below one half, else after ``data.grid_size``), with
     the estimate of the voxels before the crop (``points / crop_rate``) that tells the two apart, else
-    ``data.grid_size``; raising ``data.batch_size`` always helps, fewer stages when the cloud has two points
-    or more."""
+    ``data.grid_size``; raising ``data.batch_size`` always helps, fewer stages (the keys ``stages`` of the
+    backbone: PTv3's by default) when the cloud has two points or more."""
     grid = f"data.grid_size={data.grid_size} m"
     if data.voxel_max is not None and points in (data.voxel_max, 2 * data.voxel_max):
         cause = f"data.voxel_max={data.voxel_max} cuts each sample to that many points; raise data.voxel_max"
@@ -53,6 +58,6 @@ def small_batch_advice(data, points: int) -> str:
         cause = f"{before}; {fixes}"
     else:
         cause = f"{grid} leaves a sample that few voxels; lower data.grid_size"
-    stages = ", or use fewer stages (model.ptv3.enc_depths and the lists with it)" if points > 1 else ""
+    fewer = f", or use fewer stages ({stages})" if points > 1 else ""
     return (f"the batch is one cloud of {points} point{'s' * (points != 1)}: {cause}, or raise data.batch_size "
-            f"(a batch of several clouds never pools to one row){stages}")
+            f"(a batch of several clouds never pools to one row){fewer}")

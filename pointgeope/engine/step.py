@@ -15,9 +15,9 @@ import torch
 from pointgeope.engine import build
 from pointgeope.engine.config import Config
 from pointgeope.engine.losses import segmentation_loss
-from pointgeope.engine.small_batch import small_batch_advice
+from pointgeope.engine.small_batch import PTV1_STAGES, PTV3_STAGES, small_batch_advice
 from pointgeope.engine.state import Learner
-from pointgeope.model.ptv3.pooling import SmallBatchError
+from pointgeope.model.small_batch import SmallBatchError
 
 __all__ = ["checked_update", "train_step"]
 
@@ -32,7 +32,7 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
     loss as a float, read once the backward is queued, in the step's one host read: on a GPU the host waits
     once for the forward and the backward together. ``before_update(loss, norm) -> loss value`` runs between
     the backward and the update (train_epoch's check of the loss and the gradients, which makes that read). The one step
-    the training loop and the ``bench/`` scripts run. PTv3's batch norm on a one-row batch
+    the training loop and the ``bench/`` scripts run. Batch norm on a one-row batch
     (:class:`SmallBatchError`) is said naming the ``data`` keys that made the batch so small
     (:mod:`pointgeope.engine.small_batch`)."""
     with build.autocast(cfg, device):
@@ -41,8 +41,9 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
         grid = {"grid_coord": batch.grid_coord} if getattr(batch, "grid_coord", None) is not None else {}
         try:
             logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None), **grid)
-        except SmallBatchError as err:      # PTv3's batch norm on one row: name the keys that made it so
-            raise type(err)(err.fact, small_batch_advice(cfg.data, len(batch.pos))) from None   # its class kept
+        except SmallBatchError as err:      # batch norm on one row: name the keys that made it so
+            stages = PTV1_STAGES if cfg.model.backbone == "ptv1" else PTV3_STAGES
+            raise type(err)(err.fact, small_batch_advice(cfg.data, len(batch.pos), stages)) from None   # class kept
     loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
                              cfg.train.lovasz_weight)
     learner.backward(loss)

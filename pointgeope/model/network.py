@@ -39,9 +39,11 @@ from pointgeope.model.ops import (
     gather,
     interpolate_from,
 )
-from pointgeope.model.ops.checks import check_count, check_model_dtype
+from pointgeope.model.ops.checks import check_count, check_finite, check_model_dtype
+from pointgeope.model.ops.hierarchy_check import check_hierarchy
 from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.rotation import constant
+from pointgeope.model.small_batch import check_stage_rows
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
            "stage_grid_units", "check_sizes"]
@@ -192,6 +194,10 @@ class PointTransformerSeg(nn.Module):
             checked by name (``check_sizes``).
         grid_size: voxel size (m) of the data; GeoPE phases use ``pos_scale = 1 / grid_size``.
         backends: point ops backends (default: measured per device).
+        check_finite: check that ``feat`` is finite in every call (``geope_checks.check_finite``: a ``ValueError``
+            naming the first bad row; a NaN or an infinity turns every logit of its cloud into NaN without a word),
+            one host read a call, on a GPU one synchronisation: off by default, as in torch's modules. The
+            training loader checks its batches' features on the CPU instead (``pointgeope.data.loader``).
         **overrides: fields of ``config`` to replace, e.g. ``PointTransformerSeg(pe="geope", planes=(16, 32))``.
 
     Shapes:
@@ -199,7 +205,9 @@ class PointTransformerSeg(nn.Module):
         -> ``(N, num_classes)``; or a single ``torch_geometric`` ``Data``/``Batch`` with ``pos``, ``x`` (and for
         a batch ``ptr``, or a sorted ``batch`` vector: PyG's convention).
         ``hierarchy``: the ``PointHierarchy`` of ``coord`` built by ``model.hierarchy_spec`` (e.g. in the
-        data loader), or ``None`` to build it here.
+        data loader), or ``None`` to build it here. A given one is checked (``ops.hierarchy_check``): its
+        shapes always, its indices, distances and ``coord`` where that reads no GPU value (on the CPU, or with
+        ``check_finite``).
 
     Dtypes: ``feat`` in the model's dtype, ``coord`` in it or narrower (float16 into float32), as ``nn.Linear``
     wants them: a float64 cloud from NumPy into a float32 model is a ``TypeError`` naming ``coord`` (cast it, or
@@ -208,8 +216,9 @@ class PointTransformerSeg(nn.Module):
     """
 
     def __init__(self, config: ModelConfig | None = None, *, grid_size: float = 0.04,
-                 backends: OpsBackends = OpsBackends(), **overrides):
+                 backends: OpsBackends = OpsBackends(), check_finite: bool = False, **overrides):
         super().__init__()
+        self.check_finite = check_finite
         cfg = dataclasses.replace(config or ModelConfig(), **overrides)
         check_sizes(cfg)
         planes, strides, neighbours = tuple(cfg.planes), tuple(cfg.strides), tuple(cfg.neighbours)
@@ -247,10 +256,15 @@ class PointTransformerSeg(nn.Module):
     def forward(self, coord, feat: Tensor | None = None, offset: Tensor | list[int] | None = None,
                 hierarchy: PointHierarchy | None = None) -> Tensor:
         coord, feat, offset, counts = self._inputs(coord, feat, offset, read=hierarchy is None)
+        if self.check_finite:
+            check_finite("feat", feat)
         if hierarchy is None:
             hierarchy = self.hierarchy_spec(coord, counts)           # host offsets: no second copy from the device
         else:
             self.hierarchy_spec.check(hierarchy, coord.shape[0], offset.shape[0])
+            check_hierarchy(hierarchy, coord, self.strides, values=self.check_finite)   # values: on the CPU
+        if self.training:           # the stages' sizes, no value read: torch's BatchNorm error named nothing
+            check_stage_rows([n.shape[0] for n in hierarchy.neighbours], self.strides, offset.shape[0])
         return self.body(coord, feat, hierarchy)
 
     def body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pointgeope.geope import BlockScale, apply_geope
-from pointgeope.geope_checks import check_counted, check_scale
+from pointgeope.geope_checks import check_counted, check_phase_scales, check_scale
 from pointgeope.model.coord_augment import UTONIA_AUGMENT, CoordAugment
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
@@ -233,6 +233,12 @@ class _HalfRotary(QKEncoding):
         return pair_angles(pos, freq).unflatten(-1, (-1, 3)).transpose(-1, -2).flatten(-2)
 
 
+def _lowest(head_dim: int) -> float:
+    """The lowest exponent ``-(Q - 1) / Q`` of the thirds' frequencies ``base^(-q/Q)``, ``Q = D // 6``."""
+    big_q = head_dim // 6
+    return -(big_q - 1) / big_q
+
+
 def _thirds(head_dim: int) -> tuple[list[int], list[int]]:
     """LitePT's and Utonia's pairs, ``(2Qa + q, 2Qa + Q + q)`` for axis ``a`` and ``q < Q = D // 6``, in the
     order ``(a, q)``."""
@@ -280,6 +286,7 @@ class Point3DRoPEQK(_HalfRotary):
                  augment: CoordAugment | None = UTONIA_AUGMENT, check_finite: bool = True):
         super().__init__(head_dim, *_thirds(_width(self, head_dim)), augment, check_finite)
         self.base, self.pos_scale = check_scale("base", base), check_scale("pos_scale", pos_scale)
+        check_phase_scales(self.base, self.pos_scale, _lowest(self.head_dim))
 
     def angles(self, pos: Tensor) -> Tensor:
         return self.third_angles(pos * self.pos_scale, self.base)
@@ -297,6 +304,7 @@ class PointRoPEQK(_HalfRotary):
     def __init__(self, head_dim: int, base: float = POINTROPE_BASE, check_finite: bool = True):
         super().__init__(head_dim, *_thirds(_width(self, head_dim)), None, check_finite)
         self.base = check_scale("base", base)     # 0, < 0 or NaN: NaN angles without a word
+        check_phase_scales(self.base, 1.0, _lowest(self.head_dim), names="base")    # radians per grid cell
 
     def angles(self, pos: Tensor) -> Tensor:
         return self.third_angles(pos, self.base)

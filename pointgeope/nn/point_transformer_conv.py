@@ -20,8 +20,8 @@ from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
 from pointgeope.nn.checks import check_finite, check_float_tensor, check_positions
-from pointgeope.nn.conv_options import check_options, check_read, pe_argument, preset_name
-from pointgeope.nn.saved_encoding import encoding_text, saved_encoding, saved_text, unread_encoding
+from pointgeope.nn.conv_options import check_options, check_read, preset_name
+from pointgeope.nn.saved_encoding import encoding_text, load_encoding
 from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 
 __all__ = ["GeoPEPointTransformerConv"]
@@ -310,7 +310,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         """Compare the saved settings and encoding with this layer's (a difference is an error, strict or not; a
-        checkpoint from before the encoding was saved has none), then load the parameters as PyG does."""
+        checkpoint from before the encoding was saved has none, and loads with a warning naming the assumption:
+        ``saved_encoding.load_encoding``), then load the parameters as PyG does."""
         settings = self.settings()
         for name in _SETTINGS:
             key = prefix + name
@@ -326,14 +327,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             if saved != settings[name]:
                 error_msgs.append(f"{key}: the checkpoint was saved with {name}={saved!r}, this layer has "
                                   f"{name}={settings[name]!r}; build it with {name}={saved!r} to load it")
-        saved_pe = state_dict.pop(prefix + "pe", None)              # geope's loaded into lingeope, rope3d, ape
-        if saved_pe is not None and not settings:
-            unexpected_keys.append(prefix + "pe")
-        elif saved_pe is not None and (pe := saved_encoding(saved_text(saved_pe) or "")) is None:
-            error_msgs.append(f"{prefix}pe: {unread_encoding(saved_pe)}")
-        elif saved_pe is not None and pe != self.pe:                 # equal settings load, however saved
-            error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe_argument(pe)}, this layer has pe="
-                              f"{pe_argument(self.pe)}; build it with pe={pe_argument(pe)} to load it")
+        load_encoding(state_dict.pop(prefix + "pe", None), self.pe, prefix, settings, missing_keys, unexpected_keys,
+                      error_msgs)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 

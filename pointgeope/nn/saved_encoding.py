@@ -13,17 +13,26 @@ saved a preset by name) or ``PositionalEncoding(rotation='geope', relation_delta
 absolute=False)`` (those that saved a custom encoding's ``repr``); anything else reads as ``None`` and is said by
 :func:`unread_encoding`. The text comes from a file: it is parsed, never run, and no text (nested ten thousand
 deep, a literal that cannot be built) escapes as a traceback.
+
+Loaded (:func:`load_encoding`, the layer's ``_load_from_state_dict``): an entry naming another encoding is an error
+naming both. A checkpoint with settings but no entry was saved before layers recorded their encoding: its
+parameters and settings fit every encoding of the same kind (``geope``, ``geope+rpe``, ``lingeope``, ``rope3d``
+and ``ape`` have the same ones), so it loads into the layer's encoding, as it did, with a warning that names that
+assumption and how to record it (save it again once loaded). Refusing it would leave no way to load a checkpoint
+that is right; loading it silently left a wrong encoding unsaid.
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import json
+import warnings
 
 from pointgeope.model.attention import PRESETS, PositionalEncoding
+from pointgeope.nn.conv_options import pe_argument
 from pointgeope.recorded_text import repr_bounded
 
-__all__ = ["encoding_text", "saved_text", "saved_encoding", "unread_encoding"]
+__all__ = ["encoding_text", "saved_text", "saved_encoding", "unread_encoding", "load_encoding"]
 
 # each field's kind, that of its default: text for ``rotation`` and ``value``, bool for the others
 _KINDS = {field.name: type(field.default) for field in dataclasses.fields(PositionalEncoding)}
@@ -85,3 +94,23 @@ def _encoding(fields: object) -> PositionalEncoding | None:
         return PositionalEncoding(**fields)
     except ValueError:                                               # a rotation or value term it does not know
         return None
+
+
+def load_encoding(saved: object, pe: PositionalEncoding, prefix: str, settings: dict[str, float],
+                  missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
+    """Compare a state_dict's ``pe`` entry ``saved`` (``None`` where it has none) with the layer's encoding ``pe``
+    (``settings``: the layer's, which it saves with an entry): an entry of a layer without settings is unexpected,
+    one that names no encoding or another one an error, and none where the settings were saved a ``UserWarning``
+    (the module docstring; where they are missing too, as in PyG's own checkpoints, the missing keys say it)."""
+    if saved is not None and not settings:
+        unexpected_keys.append(prefix + "pe")
+    elif saved is not None and (loaded := saved_encoding(saved_text(saved) or "")) is None:
+        error_msgs.append(f"{prefix}pe: {unread_encoding(saved)}")
+    elif saved is not None and loaded != pe:                          # equal settings load, however saved
+        error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe_argument(loaded)}, this layer has pe="
+                          f"{pe_argument(pe)}; build it with pe={pe_argument(loaded)} to load it")
+    elif saved is None and settings and not any(prefix + name in missing_keys for name in settings):
+        warnings.warn(f"{prefix}pe: the checkpoint names no encoding (saved before layers recorded theirs); loaded "
+                      f"as this layer's pe={pe_argument(pe)}, which it cannot confirm (other encodings of the same "
+                      f"parameters and settings load alike): if that is the one it was trained with, save it again "
+                      f"to record it", UserWarning, stacklevel=2)

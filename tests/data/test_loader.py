@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
@@ -88,3 +89,18 @@ def test_data_code_does_not_import_the_model():
     assert len(imports) >= 8
     for path, name in ((path, name) for path, names in imports.items() for name in names):
         assert not name.startswith("pointgeope.model"), f"{path}: imports {name}"
+
+
+def test_a_non_finite_feature_is_refused_where_the_batch_is_collated():
+    """A sample whose features hold a NaN reached the network, whose logits for its whole cloud were NaN, without a
+    word; the loader refuses it on the CPU (no read from the accelerator), naming the features and the row."""
+    from torch_geometric.data import Data
+
+    samples = [Data(pos=torch.rand(4, 3), x=torch.rand(4, 6)) for _ in range(3)]
+    samples[1].x[2, 0] = float("nan")
+    loader = make_loader(samples, batch_size=3, shuffle=False)
+    with pytest.raises(ValueError, match=r"expected finite x \(the batch's input features\), got 1 NaN or infinite "
+                                         r"entries \(the first in row 6"):
+        next(iter(loader))
+    samples[1].x[2, 0] = 0.5
+    assert torch.isfinite(next(iter(loader)).x).all()

@@ -80,3 +80,30 @@ def test_the_steps_rewrite_keeps_the_errors_class():
         train_step(cfg, None, net, batch, torch.device("cpu"))
     assert str(err.value).startswith("PTv3's pooling merged the 2 voxels of a training batch into one; the batch is "
                                      "one cloud of 2 points: data.crop_rate=0.001 keeps")
+
+
+def test_the_advice_names_the_stage_keys_of_the_backbone():
+    """PTv1's one-cloud batches are said through the same advice; its fewer stages are model.planes' lists, not
+    PTv3's model.ptv3.enc_depths (which a PTv1 config does not read)."""
+    from pointgeope.engine.small_batch import PTV1_STAGES
+
+    data = SimpleNamespace(voxel_max=None, crop_rate=None, grid_size=0.1)
+    assert small_batch_advice(data, 300, PTV1_STAGES).endswith(
+        "or use fewer stages (model.planes and the lists with it)")
+    assert small_batch_advice(data, 300).endswith("or use fewer stages (model.ptv3.enc_depths and the lists with it)")
+
+
+def test_a_ptv1_batch_with_a_stage_of_one_point_names_the_key_that_made_it_so(two_folds, tmp_path, capsys):
+    """PTv1 (strides 1, 4) on samples cut to 5 points, one a batch: stage 2 keeps one point, where torch's
+    "Expected more than 1 value per channel when training" traceback ended the run (exit 1)."""
+    from tests.engine.conftest import TINY
+    from tests.engine.test_ptv3_engine import REPO
+
+    line = one_line(capsys, 2, ["train", "--config", str(REPO / "configs" / "demo.yaml"), "--test-area", "1",
+                                "--data-root", str(two_folds), "--run-dir", str(tmp_path / "run"), *TINY,
+                                "data.voxel_max=5", "data.batch_size=1", "data.mix_prob=0"])
+    assert line == ("pointgeope train: error: a training batch of 1 cloud of 5 points keeps 1 at stage 2 (strides "
+                    "(1, 4): a cloud of n points keeps max(1, n // 4) there), and its batch norm needs two rows or "
+                    "more; the batch is one cloud of 5 points: data.voxel_max=5 cuts each sample to that many "
+                    "points; raise data.voxel_max, or raise data.batch_size (a batch of several clouds never pools "
+                    "to one row), or use fewer stages (model.planes and the lists with it)")

@@ -151,3 +151,39 @@ def test_the_attention_layer_names_share_planes_before_dividing_by_it():
 
     with pytest.raises(ValueError, match=r"^expected share_planes >= 1, got 0$"):        # ZeroDivisionError before
         PointTransformerLayer(8, share_planes=0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_check_finite_refuses_non_finite_features_naming_the_row(model, bad):
+    """A NaN or an infinity in ``feat`` made every logit of its cloud NaN without a word; with ``check_finite``
+    it is a ValueError naming ``feat`` and the first bad row. Off (the default, as torch's modules) nothing is
+    read and the NaN comes through, so the option is what decides."""
+    coord, feat = torch.rand(12, 3), torch.rand(12, 6)
+    feat[7, 2] = bad
+    assert model(coord, feat, [12]).isnan().any()                    # the default: torch's convention
+    checked = PointTransformerSeg(**TWO_STAGES, check_finite=True).eval()
+    with pytest.raises(ValueError, match=r"expected finite feat, got 1 NaN or infinite entries \(the first in row 7"):
+        checked(coord, feat, [12])
+    assert torch.isfinite(checked(coord, torch.rand(12, 6), [12])).all()
+
+
+def test_a_training_batch_with_a_stage_of_one_point_is_one_line_saying_what_to_do():
+    """Strides (1, 4): a cloud of n points keeps max(1, n // 4) at stage 2, so one cloud of 5 points reaches a batch
+    norm with one row, where torch raised "Expected more than 1 value per channel when training" from inside the
+    forward, naming neither the stage nor a way out. One cloud of 8 points, two clouds of any size, and eval mode
+    all run."""
+    from pointgeope.model.small_batch import SmallBatchError
+
+    torch.manual_seed(0)
+    net = PointTransformerSeg(**TWO_STAGES).train()
+    with pytest.raises(SmallBatchError) as err:
+        net(torch.rand(5, 3), torch.rand(5, 6), [5])
+    assert str(err.value) == ("a training batch of 1 cloud of 5 points keeps 1 at stage 2 (strides (1, 4): a cloud "
+                              "of n points keeps max(1, n // 4) there), and its batch norm needs two rows or more; "
+                              "give one cloud of 8 points or more, or two clouds or more, or call model.eval() to "
+                              "predict")
+    with pytest.raises(SmallBatchError, match="batch of 1 cloud of 1 point keeps 1 at stage 1 "):
+        net(torch.rand(1, 3), torch.rand(1, 6), [1])
+    assert net(torch.rand(8, 3), torch.rand(8, 6), [8]).shape == (8, 5)
+    assert net(torch.rand(3, 3), torch.rand(3, 6), [1, 3]).shape == (3, 5)    # clouds of 1 and 2 points
+    assert net.eval()(torch.rand(1, 3), torch.rand(1, 6), [1]).shape == (1, 5)

@@ -292,9 +292,9 @@ def test_uncentred_positions_are_said_once_from_the_read_the_checks_already_make
         assert caught == [] and len(reads) == 1
         reads.clear()
         qu, ku = geope_qk(q, q, utm.float())
-        assert len(reads) == 1 and [str(w.message)[:32] for w in caught] == ["GeoPE: pos_q up to 4.81e+06 turn"]
-        assert "which torch.float32 rounds in steps of 4 rad: the rotations are rounding noise; centre the " \
-            "positions" in str(caught[0].message)
+        assert len(reads) == 1 and [str(w.message)[:43] for w in caught] == [
+            "GeoPE: pos_q up to 4.81e+06 in float32 turn"]
+        assert "rounded in steps of 4.17 rad; centre them (subtract their minimum or mean" in str(caught[0].message)
         geope_qk(q, q, utm.float())
         assert len(caught) == 1                                    # once per process
         monkeypatch.setattr(checks, "_phase_warned", False)

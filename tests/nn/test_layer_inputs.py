@@ -85,7 +85,7 @@ def test_uncentred_positions_are_said_where_standard_geope_turns_them(pe, monkey
         conv(x.float(), utm.float(), edge_index)
     said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(said) == (pe.startswith("geope")), said
-    assert all(s.startswith("GeoPE: pos up to 4.81e+06 turn by phases up to ") for s in said)
+    assert all(s.startswith("GeoPE: pos up to 4.81e+06 in float32 turn by phases up to ") for s in said)
 
 
 def test_options_that_could_only_be_ignored_are_refused():

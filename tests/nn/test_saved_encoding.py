@@ -109,3 +109,27 @@ def test_a_later_versions_encoding_is_said_as_its_text():
     state["pe"] = _text(later)
     with pytest.raises(RuntimeError, match=re.escape(f"got {later!r}; load it with the version that saved it")):
         GeoPEPointTransformerConv(4, 12, pe="geope").load_state_dict(state)
+
+
+def test_a_checkpoint_without_an_encoding_loads_with_a_warning_naming_the_assumption():
+    """Saved before layers recorded their encoding: settings but no ``pe``. geope's parameters and settings are
+    lingeope's too, so it loaded into a lingeope layer without a word; it still loads (refusing would leave no way
+    to load a right one), and says which encoding it was taken for. One with the entry, and PyG's rpe (no settings,
+    no entry), load without a word."""
+    import warnings
+
+    torch.manual_seed(0)
+    old = GeoPEPointTransformerConv(4, 12, pe="geope").state_dict()
+    old.pop("pe")
+    layer = GeoPEPointTransformerConv(4, 12, pe="lingeope")
+    with pytest.warns(UserWarning) as caught:
+        layer.load_state_dict(old)
+    assert [str(w.message) for w in caught] == [
+        "pe: the checkpoint names no encoding (saved before layers recorded theirs); loaded as this layer's "
+        "pe='lingeope', which it cannot confirm (other encodings of the same parameters and settings load alike): "
+        "if that is the one it was trained with, save it again to record it"]
+    assert "pe" in layer.state_dict()                       # saved again, it names its encoding
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GeoPEPointTransformerConv(4, 12, pe="lingeope").load_state_dict(layer.state_dict())
+        GeoPEPointTransformerConv(4, 12).load_state_dict(GeoPEPointTransformerConv(4, 12).state_dict())

@@ -33,8 +33,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from pointgeope.errors import UserError
 from pointgeope.model.ptv3.structure import PointBatch
+from pointgeope.model.small_batch import SmallBatchError  # both backbones' error; in __all__, where it was first
 
 
 def stride_problem(stride: int) -> str | None:
@@ -47,16 +47,6 @@ def stride_problem(stride: int) -> str | None:
 
 __all__ = ["CoarsePoolingError", "SerializedPooling", "SerializedUnpooling", "SmallBatchError", "segment_reduce",
            "shuffles_now"]
-
-
-class SmallBatchError(UserError, ValueError):
-    """A training batch of one row where PTv3's batch norm needs two or more: ``fact`` says where and how
-    many rows; the message adds what to do (the engine rewrites it naming the config keys that made the batch
-    so small, ``pointgeope.engine.small_batch``)."""
-
-    def __init__(self, fact: str, advice: str) -> None:
-        super().__init__(f"{fact}; {advice}")
-        self.fact = fact
 
 
 class CoarsePoolingError(SmallBatchError):

@@ -1,0 +1,75 @@
+"""A hierarchy handed to the network (pointgeope/model/ops/hierarchy_check.py): its indices, distances and the
+coordinates they index are refused in one line naming the tensor, where before a negative index wrapped to another
+point, and a NaN distance or coordinate made the logits NaN, without a word."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from pointgeope.model.network import PointTransformerSeg
+
+TWO_STAGES = dict(pe="geope", in_channels=6, num_classes=5, planes=(8, 16), blocks=(1, 1), decoder_blocks=(1, 1),
+                  strides=(1, 4), neighbours=(4, 4), share_planes=4)
+
+
+@pytest.fixture(scope="module")
+def case():
+    torch.manual_seed(0)
+    net = PointTransformerSeg(**TWO_STAGES).eval()
+    coord, feat = torch.rand(12, 3), torch.rand(12, 6)
+    return net, coord, feat, net.hierarchy_spec(coord, [5, 12])
+
+
+def _with(h, field: str, stage: int, change):
+    """``h`` with ``field[stage]`` replaced by ``change(clone)``."""
+    entries = list(getattr(h, field))
+    t = entries[stage].clone()
+    change(t)
+    entries[stage] = t
+    return dataclasses.replace(h, **{field: tuple(entries)})
+
+
+def test_a_sound_hierarchy_gives_the_logits_of_the_one_built_inside(case):
+    net, coord, feat, h = case
+    torch.testing.assert_close(net(coord, feat, torch.tensor([5, 12]), hierarchy=h), net(coord, feat, [5, 12]),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("field, stage, change, message", [
+    ("neighbours", 1, lambda t: t.__setitem__((1, 2), -1),
+     r"expected hierarchy.neighbours\[1\] rows in \[0, 2\), got 1 outside \(the first in row 1: \[.*-1.*\]\)"),
+    ("up", 0, lambda t: t.__setitem__((4, 0), 3),
+     r"expected hierarchy.up\[0\] rows in \[0, 2\), got 1 outside \(the first in row 4"),
+    ("samples", 1, lambda t: t.__setitem__(0, 12), r"expected hierarchy.samples\[1\] rows in \[0, 12\), got 1"),
+    ("down", 1, lambda t: t.__setitem__((1, 0), -13), r"expected hierarchy.down\[1\] rows in \[0, 12\)"),
+    ("up_dist2", 0, lambda t: t.__setitem__((3, 1), float("nan")),
+     r"expected finite hierarchy.up_dist2\[0\], got 1 NaN or infinite entries \(the first in row 3"),
+    ("up_dist2", 0, lambda t: t.__setitem__((3, 1), -1.0), r"expected hierarchy.up_dist2\[0\] >= 0"),
+    ("offsets", 1, lambda t: t.__setitem__(1, 4), r"expected hierarchy.offsets\[1\] nondecreasing and ending at "
+                                                  r"the stage's 2 points, got \[1, 4\]"),
+])
+def test_values_a_gather_would_misread_are_named(case, field, stage, change, message):
+    net, coord, feat, h = case
+    with pytest.raises(ValueError, match=message + ".*; build it with model.hierarchy_spec"):
+        net(coord, feat, [5, 12], hierarchy=_with(h, field, stage, change))
+
+
+def test_shapes_are_named_on_any_device(case):
+    """Shapes are attributes (no value read, so checked on a GPU too): a (N,) samples tensor of one row too many."""
+    net, coord, feat, h = case
+    bad = dataclasses.replace(h, samples=(None, torch.cat([h.samples[1], h.samples[1][:1]])))
+    with pytest.raises(ValueError, match=r"expected hierarchy.samples\[1\] an integer tensor of shape \(2,\), got "
+                                         r"torch.int64 \(3,\)"):
+        net(coord, feat, [5, 12], hierarchy=bad)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2.0 ** 61])
+def test_coordinates_with_a_hierarchy_are_checked_as_without(case, bad):
+    """Without a hierarchy the spec refuses them as it builds one; with one they reached the network unchecked."""
+    net, coord, feat, h = case
+    coord = coord.clone()
+    coord[7, 1] = bad
+    with pytest.raises(ValueError, match=r"expected (finite coord|coord within \+-2\^60).* \(the first in row 7"):
+        net(coord, feat, [5, 12], hierarchy=h)

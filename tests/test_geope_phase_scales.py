@@ -1,0 +1,75 @@
+"""The phases per unit of position that ``base`` and ``pos_scale`` make (pointgeope/geope_checks.py
+``check_phase_scales``): within [2^-126, 2^66], where the float32 phases of every accepted coordinate (within
++-2^60) stay finite and no frequency rounds to 0. Before, finite positive values past them built, and gave NaN
+features (an overflowed phase) or blocks that never turned (a frequency rounded to 0), without a word."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pointgeope.geope import GeoPE, relative_geope
+from pointgeope.geope_checks import COORD_LIMIT, PHASE_SCALE_MAX, PHASE_SCALE_MIN
+from pointgeope.model.qk_encodings import GeoPEQK, Point3DRoPEQK, PointRoPEQK
+
+CORNERS = torch.tensor([[COORD_LIMIT, COORD_LIMIT, COORD_LIMIT], [-COORD_LIMIT, -COORD_LIMIT, -COORD_LIMIT]],
+                       dtype=torch.float32)    # the widest displacement the point ops accept: 2^61 per axis
+
+
+def test_the_largest_phase_scale_keeps_the_widest_displacement_finite_and_the_next_is_refused():
+    """One block (3 channels): k = pos_scale / 3. At k = 2^66 linear GeoPE turns the two opposite corners of the
+    accepted cube by sqrt(3) 2^127 rad, finite; at 2^67 that phase is inf in float32 and the features NaN, which
+    is what the bound keeps out (the next float above 2^66 is refused)."""
+    x = torch.randn(1, 3, generator=torch.Generator().manual_seed(0))
+    top = GeoPE(3, pos_scale=3 * PHASE_SCALE_MAX)
+    assert torch.isfinite(top.relative(x, CORNERS[:1], CORNERS[1:], linear=True)).all()
+    assert torch.isfinite(top(x, CORNERS)).all()
+    assert not torch.isfinite(relative_geope(x, CORNERS[:1], CORNERS[1:], torch.tensor([2.0 ** 67]), True)).all()
+    with pytest.raises(ValueError, match=r"expected base and pos_scale whose phase per unit pos_scale \* base\^e / 3 "
+                                         r"lies in \[2\^-126, 2\^66\] for e in \[0, 0\], got 7.379e\+19 at e = 0 "
+                                         r"\(base=100.0, pos_scale=.*\): its phases would overflow float32"):
+        GeoPE(3, pos_scale=3 * math.nextafter(PHASE_SCALE_MAX, math.inf))
+
+
+def test_the_smallest_phase_scale_is_a_normal_float32_and_the_next_below_is_refused():
+    """Below float32's smallest normal number a block scale loses its bits; at 2^-150 it is 0 and the block never
+    turns."""
+    low = GeoPE(3, pos_scale=3 * PHASE_SCALE_MIN)
+    assert low.block_scale(torch.float32, torch.device("cpu")).item() == PHASE_SCALE_MIN
+    with pytest.raises(ValueError, match=r"got 5.877e-39 at e = 0 .*: its phases would round to 0 in float32"):
+        GeoPE(3, pos_scale=3 * PHASE_SCALE_MIN / 2)
+
+
+def test_the_base_is_bounded_through_the_last_blocks_frequency():
+    """Six channels, two blocks: w_1 = base^(-1/3), k_1 = pos_scale w_1 / 3. pos_scale 3: base 2^-198 gives k_1 =
+    2^66 (accepted, within pow's rounding), base 2^-201 gives 2^67; base 2^375 gives 2^-125, base 2^381 2^-127."""
+    top = GeoPE(6, base=2.0 ** -198, pos_scale=3.0).block_scale(torch.float64, "cpu").tolist()
+    assert top == [1.0, pytest.approx(2.0 ** 66, rel=1e-14)]
+    with pytest.raises(ValueError, match=r"for e in \[-0.3333, 0\], got .* at e = -0.3333 .*overflow float32"):
+        GeoPE(6, base=2.0 ** -201, pos_scale=3.0)
+    low = GeoPE(6, base=2.0 ** 375, pos_scale=3.0).block_scale(torch.float64, "cpu").tolist()
+    assert low == [1.0, pytest.approx(2.0 ** -125, rel=1e-14)]
+    with pytest.raises(ValueError, match=r"at e = -0.3333 .*round to 0 in float32"):
+        GeoPE(6, base=2.0 ** 381, pos_scale=3.0)
+
+
+def test_a_base_whose_frequency_overflows_float32_is_refused_where_it_gave_nan():
+    """base 1e-300: w_1 = 1e150 is a float64, inf as the float32 table, and the features of a point at the origin
+    NaN (inf * 0); the frequency itself is bounded, not only the product."""
+    with pytest.raises(ValueError, match=r"whose frequency base\^e lies in \[2\^-126, FLT_MAX\] .* got 1e\+150"):
+        GeoPE(12, base=1e-300, pos_scale=1.0)
+
+
+@pytest.mark.parametrize("make", [lambda **kw: GeoPEQK(12, **kw), lambda **kw: Point3DRoPEQK(12, **kw)])
+def test_the_attention_encodings_take_the_same_bound(make):
+    make(pos_scale=1.0)
+    with pytest.raises(ValueError, match=r"2\^66\].*overflow float32"):
+        make(pos_scale=1e30)
+
+
+def test_pointrope_bounds_its_base():
+    """Radians per grid cell base^(-q/Q): 12 channels, Q = 2, e in [-1/2, 0]; base 2^-132 gives 2^66."""
+    PointRoPEQK(12, base=2.0 ** -132)
+    with pytest.raises(ValueError, match=r"expected base whose phase per unit .* got .* at e = -0.5"):
+        PointRoPEQK(12, base=2.0 ** -134)
