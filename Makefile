@@ -24,7 +24,7 @@ BACKBONE ?= ptv1
 DEMO_CONFIG := $(if $(filter ptv3,$(BACKBONE)),configs/demo_ptv3.yaml,configs/demo.yaml)
 DEMO_RUN := $(if $(filter ptv3,$(BACKBONE)),ptv3_geope,geope)
 
-.PHONY: setup sysdeps demo test lint test-triton-old test-pyg-oldest test-nn-minimal bench ablation docs clean-demo
+.PHONY: setup sysdeps demo test lint test-triton-old test-pyg-oldest test-nn-minimal bench ablation docs
 
 setup: $(STAMP) sysdeps
 
