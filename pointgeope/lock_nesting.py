@@ -20,11 +20,12 @@ holds), or one of its children is the same command, never refused.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from pathlib import Path
 
-from pointgeope.lock import LOCK_NAME, LockError, _shown, live_writer
+from pointgeope.lock import LOCK_NAME, LockError, _command, _shown, live_writer
 
 
 def _parent_pid(pid: int) -> int | None:
@@ -59,28 +60,39 @@ def _held_above(folder: Path, mine: set[int]) -> tuple[Path, dict] | None:
     return None
 
 
+def _lock_files(pid: int) -> list[Path]:
+    """The ``.lock`` files process ``pid`` has open, from ``/proc/PID/fd`` (none where it cannot be read: ended
+    meanwhile, or another user's)."""
+    try:
+        entries = list(os.scandir(f"/proc/{pid}/fd"))
+    except OSError:
+        return []
+    paths = []
+    for entry in entries:
+        try:
+            path = Path(os.readlink(entry.path))
+        except OSError:  # closed meanwhile
+            continue
+        if path.name == LOCK_NAME:
+            paths.append(path)
+    return paths
+
+
 def _held_below(folder: Path, mine: set[int]) -> tuple[Path, int] | None:
     """A folder below ``folder`` whose ``.lock`` another command of this host holds now, and its holder's pid."""
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
         return None
-    for fields in map(str.split, lines):  # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"
-        if fields[1:2] != ["FLOCK"] or fields[3:4] != ["WRITE"] or _same_command(pid := int(fields[4]), mine):
+    for fields in map(str.split, lines):  # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF" ("1: ->" a waiter)
+        if fields[1:2] != ["FLOCK"] or fields[3:4] != ["WRITE"] or (pid := int(fields[4])) in mine:
             continue
         inode = int(fields[5].rsplit(":", 1)[-1])
-        try:
-            links = [os.readlink(entry.path) for entry in os.scandir(f"/proc/{pid}/fd")]
-        except OSError:  # ended meanwhile, or another user's
-            continue
-        for link in links:
-            path = Path(link)
-            if path.name == LOCK_NAME and folder in path.parents and path.parent != folder:
-                try:
+        for path in _lock_files(pid):
+            if folder in path.parents and path.parent != folder and not _same_command(pid, mine):
+                with contextlib.suppress(OSError):
                     if os.stat(path).st_ino == inode:
                         return path.parent, pid
-                except OSError:
-                    continue
     return None
 
 
@@ -100,5 +112,7 @@ def refuse_nested(folder: str | Path) -> None:
                            if owner.get("host") != here else ""))
     if below := _held_below(folder, mine):
         inner, pid = below
-        raise LockError(f"{folder} holds {inner}, which pid {pid} is writing; give an output folder that does not "
-                        f"contain {inner}, or wait for that command to end (its lock: {inner / LOCK_NAME})")
+        command = _command(pid)
+        raise LockError(f"{folder} holds {inner}, which pid {pid}" + (f" (`{command}`)" if command else "")
+                        + f" is writing; give an output folder that does not contain {inner}, or wait for that "
+                        f"command to end (its lock: {inner / LOCK_NAME})")

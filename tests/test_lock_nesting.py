@@ -86,11 +86,16 @@ def test_a_folder_around_a_held_folder_is_refused(tmp_path, holder):
     pid = holder(fold / "predictions")
     for outer in (fold, tmp_path):
         with pytest.raises(LockError, match=rf"^{re.escape(str(outer))} holds {re.escape(str(fold / 'predictions'))}, "
-                                            rf"which pid {pid} is writing; give an output folder that does not "
-                                            rf"contain .*, or wait for that command to end \(its lock: .*\)$"):
+                                            rf"which pid {pid} \(`.*-c .*`\) is writing; give an output folder that "
+                                            rf"does not contain .*, or wait for that command to end \(its lock: "
+                                            rf"{re.escape(str(fold / 'predictions' / LOCK_NAME))}\)$"):
             with folder_lock(outer):
                 pass
         assert not (outer / LOCK_NAME).exists()
+    _kill(pid)  # its lock file stays below, its flock is gone
+    assert (fold / "predictions" / LOCK_NAME).exists()
+    with folder_lock(fold):
+        pass
 
 
 def test_the_same_command_may_nest_its_own_folders(tmp_path):
