@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")]
-from bench_io import git_commit, save_json, tree_dirty  # noqa: E402
+from bench_io import provenance, save_json  # noqa: E402
 from pointgeope.model.ptv3 import PointTransformerV3  # noqa: E402
 
 GRID = 0.02
@@ -178,9 +177,9 @@ def main() -> None:
     parser.add_argument("--room", type=float, nargs=3, default=(1.5, 1.5, 1.2))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "bench_ptv3.json")
     args = parser.parse_args()
-    commit, dirty = git_commit(), tree_dirty()              # the code this run imports, taken at its start
     data = room(tuple(args.room))
     cases, diff = build(args, data)
+    prov = provenance(sorted({threads for _, threads in cases.values()}))  # before the timing: the code it imports
     for fn, threads in cases.values():                      # warm up: allocator, caches
         timed(fn, threads)
     times: dict[str, list[float]] = {name: [] for name in cases}
@@ -201,8 +200,7 @@ def main() -> None:
             ratios[f"{name}_over_pointcept_cpu"] = best_cpu[name] / best_cpu["pointcept_forward_1t"]
         print("ratios:", {k: round(v, 3) for k, v in ratios.items()}, "rel. max diff", diff)
     save_json(args.out, {
-        "commit": commit, "dirty": dirty, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-        "torch": torch.__version__, "points": len(data["coord"]), "room_m": list(args.room), "grid_m": GRID,
+        "provenance": prov, "points": len(data["coord"]), "room_m": list(args.room), "grid_m": GRID,
         "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(),
         "best_s": best, "best_cpu_s": best_cpu, "all_s": times, "all_cpu_s": cpu, "ratios": ratios,
         "pointcept_vs_ours_fallback_rel_max_diff": diff, "target": "ours forward <= 1.0x Pointcept's (1 thread)"})

@@ -3,7 +3,6 @@ step per encoding and precision, on crops of a synthetic room, with time and pea
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -13,7 +12,7 @@ from types import SimpleNamespace
 
 import torch
 
-from bench_io import git_commit, save_json, tree_dirty
+from bench_io import provenance, save_json
 from bench_train_step import timed
 from data_prep.synth.dataset import synth_room
 from pointgeope.data.dataset import room_sample, sample_rng
@@ -210,9 +209,8 @@ def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
                              "autocast": str(build.mixed_precision(cfgs[pe, amp], device) or torch.float32)[6:],
                              "parameters": nets[pe].parameters, "warmup_s": [], "steps_s": []}
              for pe in args.encodings for amp in args.amps}
-    out = {"benchmark": "bench_ptv3_step --recipe", "commit": git_commit(), "dirty": tree_dirty(),
+    out = {"benchmark": "bench_ptv3_step --recipe", "provenance": provenance(torch.get_num_threads()),
            "device": str(device),
-           "machine": platform.platform(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
            "size": args.size, "clouds": args.clouds, "points_per_cloud": counts, "points": sum(counts),
            "small": args.small, "set": list(args.set), "rounds": 0, "warmup": args.warmup,
            "time": "wall seconds of one train_step (the device waited for before and after), median of the "

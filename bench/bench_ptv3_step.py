@@ -45,14 +45,13 @@ Issue 35's targets: geope <= 1.10x none; every rotary encoding within 1.10x of e
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from bench_io import git_commit, save_json, tree_dirty
+from bench_io import provenance, save_json
 from bench_ptv3_recipe import recipe_args, run_recipe
 from pointgeope.engine import build
 from pointgeope.engine.config import load_config
@@ -135,6 +134,7 @@ def main() -> None:
         run_recipe(args, small=[o for o in NETWORK if o.startswith("model.ptv3.")])
         return
     encodings = ENCODINGS + (("lingeope",) if args.lingeope else ())
+    run = provenance(args.threads)  # at the start: the code this run imports
     results = []
     for threads in args.threads:
         r = measure(encodings, threads, args.rounds, args.points)
@@ -143,9 +143,7 @@ def main() -> None:
             f"{pe} {r['median_s'][pe] * 1e3:.0f} ms {r['ratio_to_none'][pe]:.3f}x ({r['ratio_to_none_min'][pe]:.3f}x)"
             for pe in encodings) + f"; rotary spread {r['rotary_spread']:.3f}x ({r['rotary_spread_min']:.3f}x)",
             flush=True)
-    save_json(args.out, {"benchmark": "bench_ptv3_step", "commit": git_commit(), "dirty": tree_dirty(),
-                         "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
-                         "points_per_cloud": args.points,
+    save_json(args.out, {"benchmark": "bench_ptv3_step", "provenance": run, "points_per_cloud": args.points,
                          "clouds": 2, "network": NETWORK, "rounds": args.rounds, "results": results})
 
 

@@ -29,14 +29,13 @@ Usage: python bench/bench_pyg_layer.py [--threads 1 2] [--reps 5] [--n 20000] [-
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from pathlib import Path
 
 import torch
 from torch_geometric.nn import PointTransformerConv
 
-from bench_io import git_commit, import_file, save_json, tree_dirty
+from bench_io import import_file, provenance, save_json
 from pointgeope.model.attention import PRESETS, PositionalEncoding, options_for
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph, target_frame
 
@@ -139,6 +138,7 @@ def main() -> None:
         parser.error(f"--compare: expected files of distinct names (a case is named by the file's stem), got "
                      f"{', '.join(map(str, args.compare))}; copy one to another name, e.g. /tmp/{twice[0]}_2.py")
     compared = {path.stem: load_layer_class(path) for path in args.compare}
+    prov = provenance(args.threads)  # before the timing: the code this run imports
     cases = ["pyg"] + [f"{pe}{suffix}" for pe in args.pe for suffix in ["", *(f" @{name}" for name in compared)]]
     cases += [pe + TORCH_FRAME for pe in args.pe if args.torch_frame and "geope" in
               (ENCODINGS[pe].rotation, ENCODINGS[pe].value_rotation)]
@@ -154,9 +154,8 @@ def main() -> None:
             print(f"{threads:>7} {row['case']:>28} {1e3 * row['time_s']:9.1f} {row['ratio_to_pyg']:6.2f} "
                   f"{row['ratio_to_rpe']:6.2f} "
                   f"{1e3 * row['cpu_s']:9.1f} {row['cpu_ratio_to_pyg']:6.2f}")
-    payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "commit": git_commit(), "dirty": tree_dirty(),
+    payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "provenance": prov,
                "compared": {name: str(path) for name, path in zip(compared, args.compare, strict=True)},
-               "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),
                "reps": args.reps, "rows": rows}
     save_json(args.out, payload)
     print(f"saved {args.out}")

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from bench_io import git_commit, save_json, tree_dirty
+from bench_io import provenance, save_json
 from pointgeope.model.qk_encodings import qk_encoding
 
 ROTARY = ("geope", "rope3d", "point3drope", "pointrope")
@@ -108,6 +107,7 @@ def main() -> None:
     parser.add_argument("--skip-attention", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    run = provenance(args.threads)  # at the start: the code this run imports
 
     rows = []
     print(f"{'mode':>9} {'thr':>3} {'B':>4} {'H':>3} {'D':>3} {'name':>12} {'ms':>9} {'/rotary':>8} {'/none':>7}")
@@ -125,9 +125,7 @@ def main() -> None:
                     vs_none = r.get("vs_none", float("nan"))
                     print(f"{mode:>9} {r['threads']:>3} {patches:>4} {heads:>3} {head_dim:>3} {r['name']:>12} "
                           f"{1e3 * r['median_s']:9.1f} {r['vs_fastest_rotary']:8.2f} {vs_none:7.2f}")
-    save_json(args.out, {"benchmark": "qk_encodings", "commit": git_commit(), "dirty": tree_dirty(),
-                         "torch": torch.__version__,
-                         "machine": platform.platform(), "processor": platform.processor(), "rounds": args.rounds,
+    save_json(args.out, {"benchmark": "qk_encodings", "provenance": run, "rounds": args.rounds,
                          "points": args.points, "patch": args.patch, "rows": rows})
     print(f"saved {args.out}")
 

@@ -278,7 +278,8 @@ def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> It
             files they read.
     Raises:
         LockError: another live process holds it (or reads it, with ``readers``), or a lock of another host
-            is left in it.
+            is left in it; or another command holds a folder above it or below it
+            (:mod:`pointgeope.lock_nesting`).
         UserError: ``folder`` is a file, a symbolic link that loops or leads nowhere, or cannot be written.
     """
     folder = writable_folder(folder)  # created; a file, a link that loops or an unwritable folder: one line
@@ -291,6 +292,8 @@ def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> It
         raise
     _HELD.add(fds[0])
     try:
+        from pointgeope.lock_nesting import refuse_nested  # (it imports this module)
+        refuse_nested(folder)  # not inside, nor around, a folder another command holds: once ours is held
         if readers:
             fds.append(_exclude_readers(folder))
             _HELD.add(fds[1])

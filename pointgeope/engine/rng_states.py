@@ -5,8 +5,11 @@ CUDA) global generators, as plain containers a ``weights_only`` checkpoint holds
      "cached_gaussian"}, "torch": uint8 tensor, "cuda": [uint8 tensor per visible device]}
 
 A checkpoint's ``"rng"`` entry is the list of every rank's (:class:`pointgeope.engine.state.FoldCheckpoints`
-writes and restores it); a resume with another number of ranks or of visible GPUs gives each rank and device a
-stream of its own (:func:`rank_rng_state`, :func:`set_rng_state`).
+writes and restores it). A resume with more ranks gives each new rank a stream of its own (:func:`rank_rng_state`).
+A resume with another number of visible GPUs (:func:`set_rng_state`) restores device ``i`` from saved state ``i``
+for the devices both have: the saved states of devices no longer visible are dropped, and a device the checkpoint
+had no state for keeps the state it has (not restored: on it, a resumed run does not draw what the uninterrupted
+run drew).
 """
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ def pack_rng(python: tuple, numpy: tuple, cpu: torch.Tensor, cuda: list) -> dict
 
 
 def set_rng_state(state: dict) -> None:
+    """Set Python's, NumPy's and torch's CPU generators to ``state`` (:func:`rng_state`'s form), and, where CUDA is
+    available, visible device ``i`` to ``state["cuda"][i]`` for ``i < min(len(state["cuda"]), visible devices)``:
+    saved states beyond the visible devices are dropped, and devices beyond the saved states (or every device, for
+    a state saved without CUDA: ``"cuda"`` empty) keep the state they have."""
     (version, internal, gauss), n = state["python"], state["numpy"]
     random.setstate((version, tuple(internal), gauss))
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
@@ -52,7 +59,8 @@ def rank_rng_state(saved: list[dict], rank: int) -> dict:
     stream of its own, never another rank's: with ``s = saved[rank % len(saved)]``, the first 4 draws
     ``w`` of ``torch.randint(2**62)`` from ``s["torch"]`` and ``q = SeedSequence([*w, rank])``, its Python,
     NumPy and torch generators are seeded with ``q``'s first three 63-bit words and CUDA's with the fourth
-    (``"cuda_seed"``): a function of the saved state and the rank, the same on every such resume."""
+    (``"cuda_seed"``, which :func:`restore_rank_rng` gives every visible device): a function of the saved state and
+    the rank, the same on every such resume."""
     if rank < len(saved):
         return saved[rank]
     source = torch.Generator().set_state(saved[rank % len(saved)]["torch"])
@@ -63,7 +71,8 @@ def rank_rng_state(saved: list[dict], rank: int) -> dict:
 
 
 def restore_rank_rng(saved: list[dict], rank: int) -> None:
-    """Set this process's generators to :func:`rank_rng_state` ``(saved, rank)``."""
+    """Set this process's generators to :func:`rank_rng_state` ``(saved, rank)``: a rank beyond the saved ones
+    seeds every visible CUDA device with its ``"cuda_seed"`` (the same seed on each of its devices)."""
     state = rank_rng_state(saved, rank)
     set_rng_state(state)
     if "cuda_seed" in state and torch.cuda.is_available():

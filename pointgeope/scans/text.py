@@ -3,11 +3,13 @@
 Reading (``read_text``, for ``.txt .xyz .pts .csv``):
 
 - the text is UTF-8 (ASCII included), with or without a byte-order mark (Windows Notepad's and Excel's
-  "CSV UTF-8" write one; it is not part of the first number), or UTF-16 with its mark (Windows "Unicode");
+  "CSV UTF-8" write one; it is not part of the first number), or UTF-16 or UTF-32, with their mark (Windows
+  "Unicode") or without it, told as YAML tells them (:mod:`pointgeope.text_codec`);
   a byte that does not decode is read as U+FFFD: in a header line it is skipped with the line, in a data
   line it is named in the error;
 - the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space
-  (a line of ``;``-separated values, or of UTF-16 text without its mark, is refused saying what to save it as);
+  (a line of ``;``-separated values, or of UTF-16 text without its mark whose first character is not ASCII, which
+  no rule tells from UTF-8, is refused saying what to save it as);
 - leading header lines (fewer than half of their values numbers: a CSV header ``x,y,z,r,g,b``; or one or
   two numbers among words of another width than the points' lines: ``Scan 1``) are skipped, and so is the point count on
   the first line of a ``.pts`` file (the lines of points must match it: a file cut at a line's end is refused); a first
@@ -30,6 +32,7 @@ from pointgeope.atomic import atomic_open
 from pointgeope.plural import counted
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
+from pointgeope.text_codec import HEAD, detect
 
 EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
 _CHUNK = 1 << 20  # lines written per np.savetxt call
@@ -60,15 +63,12 @@ def _is_names(tokens: list[str], width: int | None) -> bool:
 
 
 def _encoding(path: Path) -> str:
-    """The codec of a text point cloud from its byte-order mark: ``utf-16`` (mark ``FF FE`` or ``FE FF``),
-    ``utf-8-sig`` (mark ``EF BB BF``, dropped as the text is read: read as plain UTF-8 it made the first
-    line ``'\\ufeff16.36 ...'``, taken for a header and skipped, so every label went to the next point),
-    else ``utf-8``."""
+    """The codec of a text point cloud (:func:`pointgeope.text_codec.detect`): by its byte-order mark (UTF-8's is
+    dropped as the text is read: read as plain UTF-8 it made the first line ``'\\ufeff16.36 ...'``, taken for a
+    header and skipped, so every label went to the next point), else by the NUL bytes around its first character
+    (UTF-16 or UTF-32 without a mark; a first line of numbers or names starts with an ASCII character), else UTF-8."""
     with open(path, "rb") as f:
-        head = f.read(3)
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return "utf-16"
-    return "utf-8-sig" if head == b"\xef\xbb\xbf" else "utf-8"
+        return detect(f.read(HEAD)).codec
 
 
 def _open(path: Path):
@@ -129,15 +129,15 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
 
 
 def _hint(text: str) -> str:
-    """What to do about a line that is not numbers, from what it holds: a byte that did not decode (U+FFFD:
-    Latin-1 or another 8-bit code page), NUL bytes between the characters (UTF-16 without a byte-order mark,
-    which only its mark tells from UTF-8), or ``;`` (the separator of Excel's CSV in locales whose decimal
-    mark is a comma); ``""`` when none."""
+    """What to do about a line that is not numbers, from what it holds: NUL bytes between the characters (UTF-16
+    without a byte-order mark whose first character is not ASCII: no rule tells it from UTF-8,
+    :mod:`pointgeope.text_codec`), a byte that did not decode (U+FFFD: Latin-1 or another 8-bit code page), or
+    ``;`` (the separator of Excel's CSV in locales whose decimal mark is a comma); ``""`` when none."""
+    if "\x00" in text:  # first: such a line's non-ASCII first character is a U+FFFD too
+        return ("; NUL bytes between the characters: UTF-16 text without a byte-order mark, its first character not "
+                "ASCII? save the file as UTF-8 (or ASCII) text")
     if "\ufffd" in text:
         return "; save the file as UTF-8 (or ASCII) text"
-    if "\x00" in text:
-        return ("; NUL bytes between the characters: UTF-16 text without a byte-order mark? save the file as UTF-8 "
-                "(or ASCII) text")
     if ";" in text:
         return ("; values separated by ';' (a CSV of Excel in a locale with ',' decimals?): save it with ',' or "
                 "space separators and '.' decimal marks")

@@ -1,7 +1,8 @@
 """A config saved as UTF-16 (Windows PowerShell's ``>``, Notepad's "Unicode": with a byte-order mark; ``iconv -t
 UTF-16LE`` or an editor's "UCS-2 LE": without) was refused: without the mark as "a binary file (it holds NUL bytes; a
-checkpoint or an array?)", with it as "not UTF-8 text (byte 0xff)". YAML reads UTF-16 and UTF-32 (YAML 1.2, 5.2), and
-so does the config reader now; a binary file is still called binary."""
+checkpoint or an array?)", with it as "not UTF-8 text (byte 0xff)"; UTF-32 without its mark was called binary too.
+YAML reads UTF-16 and UTF-32 (YAML 1.2, 5.2), and so does the config reader now; a binary file is still called
+binary."""
 from __future__ import annotations
 
 from shlex import split
@@ -21,7 +22,8 @@ def _written(path, data: bytes):
 
 @pytest.mark.parametrize(("encoding", "mark"), [
     ("utf-16-le", b""), ("utf-16-be", b""), ("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"),
-    ("utf-32-le", b"\xff\xfe\0\0"), ("utf-32-be", b"\0\0\xfe\xff"), ("utf-8", b"\xef\xbb\xbf")])
+    ("utf-32-le", b"\xff\xfe\0\0"), ("utf-32-be", b"\0\0\xfe\xff"), ("utf-32-le", b""), ("utf-32-be", b""),
+    ("utf-8", b"\xef\xbb\xbf")])
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 def test_a_config_in_utf16_or_utf32_reads_as_its_utf8_copy(tmp_path, encoding, mark, newline):
     """Each encoding YAML reads, with Windows line ends too (PowerShell writes CRLF): the config of the UTF-8 file."""
@@ -50,6 +52,8 @@ def test_a_utf16_base_and_the_lines_of_a_utf16_file(tmp_path):
     b"a\x00\x00\xd8",  # a NUL second byte, then a lone surrogate: no UTF-16
     bytes([5, 0, 7, 0, 9, 0, 1, 0] * 4),  # 16-bit numbers: UTF-16LE of control characters (was "not valid YAML")
     bytes([0, 5, 0, 7, 0, 9, 0, 1] * 4),  # and big-endian
+    bytes([5, 0, 0, 0, 7, 0, 0, 0] * 4), bytes([0, 0, 0, 5, 0, 0, 0, 7] * 4),  # 32-bit numbers
+    "é: 1\n".encode("utf-16-le"), "é: 1\n".encode("utf-32-be"),  # no mark, a non-ASCII first: no rule tells it
 ])
 def test_a_binary_file_is_still_called_binary(tmp_path, data):
     path = _written(tmp_path / "c.yaml", data)
@@ -77,9 +81,11 @@ def test_the_convert_command_holds_a_path_with_a_space_as_one_word(tmp_path):
     assert split(command) == ["iconv", "-f", "UTF-16", "-t", "UTF-8", str(path), ">", "NEW.yaml"]
 
 
+@pytest.mark.parametrize("mark", [b"", b"\xef\xbb\xbf"])
 @pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
-def test_utf8_that_does_not_decode_names_its_line_and_byte(tmp_path, newline):
-    """Its line counted as YAML's own errors count them: ``\\r`` alone ends a line too (it was line 1)."""
-    path = _written(tmp_path / "c.yaml", f"# x{newline}model:{newline}  pe: rpe  # caf".encode() + b"\xe9\n")
+def test_utf8_that_does_not_decode_names_its_line_and_byte(tmp_path, newline, mark):
+    """Its line counted as YAML's own errors count them: ``\\r`` alone ends a line too (it was line 1). With
+    Notepad's mark too, whose 3 bytes the codec does not count."""
+    path = _written(tmp_path / "c.yaml", mark + f"# x{newline}model:{newline}  pe: rpe  # caf".encode() + b"\xe9\n")
     with pytest.raises(ConfigError, match=rf"^{path}:3: not UTF-8 text \(byte 0xe9\); a config is a UTF-8 YAML file"):
         load_config(path)

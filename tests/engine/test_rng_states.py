@@ -28,7 +28,7 @@ def fake_gpus(monkeypatch):
     return set_gpus
 
 
-@pytest.mark.parametrize("saved_on, resumed_on", [(2, 1), (8, 1), (1, 2), (2, 2)])
+@pytest.mark.parametrize("saved_on, resumed_on", [(2, 1), (8, 1), (1, 2), (1, 3), (2, 2)])
 def test_cuda_generators_resume_where_another_number_of_gpus_is_visible(fake_gpus, saved_on, resumed_on):
     """A fold saved where ``saved_on`` GPUs were visible (torchrun on 2, a shared node) resumes where
     ``resumed_on`` are (``CUDA_VISIBLE_DEVICES=0``): each visible device takes its saved generator state, the
@@ -45,3 +45,24 @@ def test_cuda_generators_resume_where_another_number_of_gpus_is_visible(fake_gpu
     set_rng_state(state)
     for i, g in enumerate(table):
         assert torch.equal(torch.rand(3, generator=g), want[i] if i < saved_on else untouched[i]), i
+
+
+def test_a_rank_beyond_the_saved_ones_seeds_every_visible_device_from_the_saved_state_and_its_rank(fake_gpus):
+    """The CUDA branch of a new rank (more processes than the checkpoint had), on 2 fake GPUs: every visible device
+    is seeded with the 4th word of ``SeedSequence([*w, rank])``, ``w`` the first 4 draws of ``randint(2**62)`` from
+    rank ``rank % len(saved)``'s torch state (rank_rng_state's docstring), computed here from that definition."""
+    import numpy as np
+
+    from pointgeope.engine.rng_states import restore_rank_rng
+
+    fake_gpus(1)
+    torch.manual_seed(3)
+    saved = [rng_state()]
+    table = fake_gpus(2)
+    for rank in (1, 2):
+        words = torch.randint(2**62, (4,), generator=torch.Generator().set_state(saved[0]["torch"])).tolist()
+        seed = int(np.random.SeedSequence([*words, rank]).generate_state(4, np.uint64)[3]) >> 1
+        want = torch.rand(3, generator=torch.Generator().manual_seed(seed))
+        restore_rank_rng(saved, rank)
+        for device, g in enumerate(table):
+            assert torch.equal(torch.rand(3, generator=g), want), (rank, device)

@@ -137,14 +137,30 @@ def test_a_long_bad_line_is_said_whole_or_cut_and_marked(tmp_path):
                                   "('x' is not a number)")
 
 
+@pytest.mark.parametrize(("codec", "mark"), [("utf-16-le", b""), ("utf-16-be", b""), ("utf-32-le", b""),
+                                            ("utf-32-be", b""), ("utf-32-le", b"\xff\xfe\0\0"),
+                                            ("utf-32-be", b"\0\0\xfe\xff")])
+def test_utf16_without_a_mark_and_utf32_read_as_their_utf8_copy(tmp_path, codec, mark):
+    """UTF-16 without a byte-order mark was refused (its NUL bytes named), UTF-32 with its mark read as UTF-16 (a NUL
+    character between the others): YAML's rule (pointgeope/text_codec.py) tells both by the NUL bytes around an
+    ASCII first character, as every line of numbers starts."""
+    text = "4.0 1.0 2.0 10 20 30\n1.5 2.5 3.5 40 50 60\n"
+    (tmp_path / "u8.txt").write_text(text)
+    (tmp_path / "u.txt").write_bytes(mark + text.replace("\n", "\r\n").encode(codec))
+    reference, scan = read_text(tmp_path / "u8.txt"), read_text(tmp_path / "u.txt")
+    np.testing.assert_array_equal(reference.coord, [[4.0, 1.0, 2.0], [1.5, 2.5, 3.5]])
+    np.testing.assert_array_equal(scan.coord, reference.coord)
+    np.testing.assert_array_equal(scan.color, reference.color)
+
+
 @pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
-def test_utf16_without_a_byte_order_mark_is_refused_with_the_fix(tmp_path, codec):
-    """Only the mark tells UTF-16 from UTF-8: without it the text reads as characters and NUL bytes; the line
-    says what to save it as (with the mark it reads: test_a_byte_order_mark_keeps_every_point_in_its_line)."""
-    (tmp_path / "u.txt").write_bytes("4.0 1.0 2.0 10 20 30\n1.5 2.5 3.5 40 50 60\n".encode(codec))
+def test_utf16_without_a_mark_whose_first_character_is_not_ascii_is_refused_with_the_fix(tmp_path, codec):
+    """No rule tells such a file from UTF-8 (YAML's has none): it reads as characters and NUL bytes; the line says
+    what to save it as (its U+FFFD first character made it the advice for an 8-bit code page)."""
+    (tmp_path / "u.txt").write_bytes("é x y z\n4.0 1.0 2.0 10 20 30\n1.5 2.5 3.5 40 50 60\n".encode(codec))
     with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'u.txt'))}:1: expected lines of numbers .*"
-                                        r"; NUL bytes between the characters: UTF-16 text without a byte-order mark\? "
-                                        r"save the file as UTF-8 \(or ASCII\) text$"):
+                                        r"; NUL bytes between the characters: UTF-16 text without a byte-order mark, "
+                                        r"its first character not ASCII\? save the file as UTF-8 \(or ASCII\) text$"):
         read_text(tmp_path / "u.txt")
 
 

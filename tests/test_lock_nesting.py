@@ -1,0 +1,130 @@
+"""pointgeope/lock_nesting.py: a command's output folder lies neither inside nor around a folder that another
+command holds; real processes hold the other lock."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pointgeope.lock import LOCK_NAME, LockError, folder_lock
+
+HOLDER = """
+import os, sys, time
+if os.fork():  # the holder is another command: no child of the test (a child is the same command)
+    os._exit(0)
+from pointgeope.lock import folder_lock
+with folder_lock(sys.argv[1], "pointgeope train --config x.yaml"):
+    print("locked", os.getpid(), flush=True)
+    time.sleep(120)
+"""
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie (its files closed, its flocks released) that a container's pid 1 may never reap."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _kill(pid: int) -> None:
+    """kill -9 a holder (not this process's child: init reaps it) and wait until it has ended."""
+    os.kill(pid, signal.SIGKILL)
+    while not _ended(pid):
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def holder():
+    """Start a process (not a child of this one) holding the lock of a folder; its pid. All are killed at the end."""
+    pids = []
+
+    def start(folder):
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
+        word, pid = proc.stdout.readline().split()
+        proc.wait()
+        assert word == "locked"
+        pids.append(int(pid))
+        return int(pid)
+
+    yield start
+    for pid in pids:
+        if not _ended(pid):
+            _kill(pid)
+
+
+def test_an_output_folder_inside_a_held_folder_is_refused_until_its_holder_is_killed(tmp_path, holder):
+    """``predict --out RUN/area_1/predictions`` while ``train`` holds ``RUN/area_1``: both wrote there, each
+    under its own lock."""
+    fold = tmp_path / "run" / "area_1"
+    pid = holder(fold)
+    inner = fold / "predictions"
+    with pytest.raises(LockError, match=rf"^{re.escape(str(inner))} lies inside {re.escape(str(fold))}, which pid "
+                                        rf"{pid} on .* is writing \(`pointgeope train --config x.yaml`\); give "
+                                        rf"an output folder outside {re.escape(str(fold))}, or wait for that command "
+                                        r"to end$"):
+        with folder_lock(inner):
+            pass
+    assert not (inner / LOCK_NAME).exists()  # ours released on the refusal
+    with folder_lock(tmp_path / "run" / "area_2"):  # a sibling is no one else's
+        pass
+    _kill(pid)  # its lock file stays, the flock is gone: not held
+    assert (fold / LOCK_NAME).exists()
+    with folder_lock(inner):
+        pass
+
+
+def test_a_folder_around_a_held_folder_is_refused(tmp_path, holder):
+    """The other order: ``predict`` holds ``RUN/area_1/predictions``, then ``train`` asks for ``RUN/area_1``."""
+    fold = tmp_path / "run" / "area_1"
+    pid = holder(fold / "predictions")
+    for outer in (fold, tmp_path):
+        with pytest.raises(LockError, match=rf"^{re.escape(str(outer))} holds {re.escape(str(fold / 'predictions'))}, "
+                                            rf"which pid {pid} \(`.*-c .*`\) is writing; give an output folder that "
+                                            rf"does not contain .*, or wait for that command to end \(its lock: "
+                                            rf"{re.escape(str(fold / 'predictions' / LOCK_NAME))}\)$"):
+            with folder_lock(outer):
+                pass
+        assert not (outer / LOCK_NAME).exists()
+    _kill(pid)  # its lock file stays below, its flock is gone
+    assert (fold / "predictions" / LOCK_NAME).exists()
+    with folder_lock(fold):
+        pass
+
+
+def test_the_same_command_may_nest_its_own_folders(tmp_path):
+    """``ablate`` holds ``RUN`` and runs each trial's ``train`` (a child process) on a fold folder below it."""
+    with folder_lock(tmp_path / "run"):
+        with folder_lock(tmp_path / "run" / "area_1"):  # this process
+            pass
+        child = subprocess.run([sys.executable, "-c", "import sys\nfrom pointgeope.lock import folder_lock\n"
+                                "with folder_lock(sys.argv[1]): print('ok')", str(tmp_path / "run" / "t" / "area_1")],
+                               capture_output=True, text=True, check=False)
+        assert (child.returncode, child.stdout, child.stderr) == (0, "ok\n", "")
+
+
+def test_a_lock_of_another_host_above_says_which_file_to_delete(tmp_path):
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere", "since": "yesterday"}))
+    with pytest.raises(LockError, match=rf"lies inside {re.escape(str(tmp_path))}, which pid 1 on elsewhere \(since "
+                                        rf"yesterday\) is writing; .*: once it has ended, delete "
+                                        rf"{re.escape(str(tmp_path / LOCK_NAME))}\)$"):
+        with folder_lock(tmp_path / "out"):
+            pass
+
+
+def test_a_command_into_a_held_folder_ends_with_one_line_and_exit_code_2(tmp_path, holder):
+    holder(tmp_path / "run")
+    out = tmp_path / "run" / "synth"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "pointgeope", "synth", "--size", "tiny", str(out)],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"pointgeope synth: error: {out} lies inside {tmp_path / 'run'}, which pid ")
+    assert len(done.stderr.splitlines()) == 1
+    assert not list(out.rglob("*.txt"))  # nothing written
