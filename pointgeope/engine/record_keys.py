@@ -20,6 +20,12 @@ its run's record still loads and resumes. Beside ``rope-mixed`` (its reader) or 
 (``none``, ``rpe``: an ablation's baseline, which a config lets take it) it is read as written, so such a
 run resumes with the config that trained it.
 
+A key whose values changed form keeps its older values readable through :data:`OLDER_VALUES`: ``data.augment``
+was a yes/no before its augmentations were named; ``false`` (none) is ``none``, and ``true`` (PTv1's augmentations
+as they were then: colour jitter 0.05 and no hue or saturation shift) is what no value of today's makes, so a config
+holding it is refused in one line (:func:`older_value`) and a run recorded with it is neither evaluated nor
+resumed (a report still reads its results).
+
 Every reader of a saved config reads it through :func:`as_recorded`: a resume's comparison with the config
 that resumes it (``config_diff.config_differences``), the config that ``evaluate`` and ``predict`` rebuild the
 network with (``config.load_record``, ``config.config_from_dict``), a skipped fold's test note
@@ -69,6 +75,32 @@ UNREAD: dict[str, Callable[[dict], bool]] = {
 }
 
 
+# "section.key" -> {a value older versions wrote: today's value of the same meaning, or why none has it}
+OLDER_VALUES: dict[str, dict[bool, tuple[bool, str]]] = {
+    "data.augment": {
+        False: (True, "none"),
+        True: (False, "PTv1's augmentations as made then: colour jitter 0.05, no hue or saturation shift"),
+    },
+}
+
+
+def older_value(key: str, value: object, choices: str) -> object:
+    """``value`` of the dotted ``key`` as today's config reads it: today's value of the same meaning where
+    ``value`` is an older version's form of one (:data:`OLDER_VALUES`), else ``value`` itself; raises ValueError
+    with the line's text (``choices``: today's values, as the message lists them) where no value of today's
+    means what it meant."""
+    older = OLDER_VALUES.get(key, {})
+    if type(value) is not bool or value not in older:       # 1 is not True here
+        return value
+    same, today = older[value]
+    if same:
+        return today
+    raise ValueError(f"{key}: {str(value).lower()} is an older version's setting ({today}), which none of today's "
+                     f"{choices} makes: this version cannot evaluate, predict with or resume a run trained with it; "
+                     "train it again (train --force) or use the version that trained it (in a config file, write one "
+                     "of today's values)")
+
+
 def as_recorded(record: dict) -> dict:
     """``record`` (a saved config as a plain mapping of sections) with every key of :data:`BEFORE_KEY` that its
     sections lack set to the value the key had before it existed, and every key of :data:`UNREAD` its run never
@@ -85,6 +117,11 @@ def as_recorded(record: dict) -> dict:
         value = before(record)
         if value is not None:
             out[section] = {**out[section], name: value}
+    for key, older in OLDER_VALUES.items():               # an older form of a value that today has
+        section, name = key.split(".")
+        value = _section(out, section).get(name)
+        if type(value) is bool and older.get(value, (False,))[0]:
+            out[section] = {**out[section], name: older[value][1]}
     for key, unread in UNREAD.items():
         section, name = key.split(".")
         if isinstance(out.get(section), dict) and name in out[section] and unread(record):
