@@ -10,6 +10,9 @@ meant, worked out from the record itself:
   default, 0.5, is Utonia's S3DIS angles); with any other ``model.pe`` the key means nothing, so the default;
 - ``eval.amp``: PTv1's test ran at the run's ``train.amp`` (bf16 or fp16 autocast on CUDA); PTv3's ran in
   float32 (``none``) whatever ``train.amp`` said.
+- ``eval.class_mean``: ``present``, the rule of every test before the key (a class without ground truth or
+  prediction left out of mAcc and mIoU), not its default ``all``: an old run evaluated again is scored as its
+  own version scored it, as the report reads its ``metrics.json``;
 - ``data.normal``: ``false``, the features ``[rgb | xyz]`` that every run fed before the key (its default too, but
   written out: the report compares a fold recorded before the key with one of today's recipe, ``true``, where a
   key missing from some folds would not be compared, and a run's folds would pool two feature layouts unsaid).
@@ -63,6 +66,7 @@ def _eval_amp(record: dict):
 BEFORE_KEY: dict[str, Callable[[dict], object]] = {
     "model.point3drope_scale": _point3drope_scale,
     "eval.amp": _eval_amp,
+    "eval.class_mean": lambda record: "present",
     "data.normal": lambda record: False,
 }
 
