@@ -137,12 +137,16 @@ def predating_note(saved: dict, differences: list[tuple[str, object, object]]) -
     """For a refusal naming ``differences`` (``config_diff.config_differences``'s ``(key, saved, now)``): the
     override that runs the saved record as it ran where a differing key of :data:`BEFORE_KEY` is one the record
     lacks (it predates the key, and today's config file sets it otherwise: ``data.normal`` of the PTv3 recipe),
-    ``"; it was recorded before data.normal existed: the override data.normal=false uses it as it ran"``; else
-    ``""``."""
+    ``"; it was recorded before data.normal existed: the override data.normal=false uses it as it ran"``, and
+    what a saved value of an older form that no value of today's makes was (:data:`OLDER_VALUES`: no config of
+    today's resumes it); else ``""``."""
+    older = [f"; {key}: {str(value).lower()} is an older version's setting ({OLDER_VALUES[key][value][1]}), which "
+             "no value of today's makes" for key, value, _ in differences
+             if type(value) is bool and not OLDER_VALUES.get(key, {}).get(value, (True,))[0]]
     lacking = [(key, value) for key, value, _ in differences if key in BEFORE_KEY and isinstance(saved, dict)
                and key.split(".")[1] not in _section(saved, key.split(".")[0])]
     if not lacking:
-        return ""
+        return "".join(older)
     keys = " and ".join(key for key, _ in lacking)
     sets = " ".join(f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in lacking)
-    return f"; it was recorded before {keys} existed: the override {sets} uses it as it ran"
+    return f"; it was recorded before {keys} existed: the override {sets} uses it as it ran" + "".join(older)

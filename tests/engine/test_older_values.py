@@ -79,3 +79,18 @@ def test_evaluate_of_such_a_run_exits_2_with_the_line(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert "data.augment: true is an older version's setting" in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_resume_of_such_a_run_says_why_no_config_of_today_resumes_it(tmp_path):
+    """A resume with today's config differs in data.augment (True, now 'ptv1'): the refusal says that True is
+    an older version's setting which no value of today's makes, as a user cannot write it in a config."""
+    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+
+    save_checkpoint(tmp_path / "last.pt", {"config": older_record(True)})
+    now = config_to_dict(load_config(REPO / "configs/demo.yaml"))
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(tmp_path / "last.pt", now)
+    line = str(caught.value)
+    assert "data.augment: checkpoint True, now 'ptv1'" in line and "\n" not in line
+    assert "data.augment: true is an older version's setting (PTv1's augmentations as made then" in line
+    assert "which no value of today's makes" in line
