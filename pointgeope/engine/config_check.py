@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pointgeope.engine.config_values import value_problem
 from pointgeope.engine.config_yaml import at_line, closest_key, dotted_key_message, quote_hint
+from pointgeope.engine.record_keys import older_value
 from pointgeope.errors import UserError
 from pointgeope.number_kind import is_number, is_whole
 
@@ -103,6 +104,16 @@ def _coerce(value: Any, tp, where: str) -> Any:
                       f"{quote_hint(tp, value)}")
 
 
+def _today(value: Any, tp, name: str) -> Any:
+    """``value`` of key ``name`` in today's form where an older version wrote it otherwise
+    (:func:`pointgeope.engine.record_keys.older_value`); a ConfigError where no value of today's means it."""
+    choices = ", ".join(map(repr, typing.get_args(tp))) if typing.get_origin(tp) is Literal else type_name(tp)
+    try:
+        return older_value(name, value, choices)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | None = None) -> dict:
     """Check the keys and types of a partial mapping for dataclass ``cls``; returns it coerced. ``lines``:
     the line of each key in the file ``where`` (``config_yaml.load_yaml_lines``), named as ``FILE:LINE``."""
@@ -128,7 +139,7 @@ def check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | No
             out[key] = check_mapping(value, tp, where, f"{name}.", lines)
             continue
         try:
-            out[key] = _coerce(value, tp, name)
+            out[key] = _coerce(_today(value, tp, name), tp, name)
         except ConfigError as err:
             raise ConfigError(f"{at_line(where, lines, name, str(err))}: {err}") from None
         problem = value_problem(out[key], name)

@@ -10,6 +10,9 @@ meant, worked out from the record itself:
   default, 0.5, is Utonia's S3DIS angles); with any other ``model.pe`` the key means nothing, so the default;
 - ``eval.amp``: PTv1's test ran at the run's ``train.amp`` (bf16 or fp16 autocast on CUDA); PTv3's ran in
   float32 (``none``) whatever ``train.amp`` said.
+- ``eval.class_mean``: ``present``, the rule of every test before the key (a class without ground truth or
+  prediction left out of mAcc and mIoU), not its default ``all``: an old run evaluated again is scored as its
+  own version scored it, as the report reads its ``metrics.json``;
 - ``data.normal``: ``false``, the features ``[rgb | xyz]`` that every run fed before the key (its default too, but
   written out: the report compares a fold recorded before the key with one of today's recipe, ``true``, where a
   key missing from some folds would not be compared, and a run's folds would pool two feature layouts unsaid).
@@ -19,6 +22,12 @@ A key that the record's run never read and a config refuses today is read at its
 its run's record still loads and resumes. Beside ``rope-mixed`` (its reader) or an encoding without positions
 (``none``, ``rpe``: an ablation's baseline, which a config lets take it) it is read as written, so such a
 run resumes with the config that trained it.
+
+A key whose values changed form keeps its older values readable through :data:`OLDER_VALUES`: ``data.augment``
+was a yes/no before its augmentations were named; ``false`` (none) is ``none``, and ``true`` (PTv1's augmentations
+as they were then: colour jitter 0.05 and no hue or saturation shift) is what no value of today's makes, so a config
+holding it is refused in one line (:func:`older_value`) and a run recorded with it is neither evaluated nor
+resumed (a report still reads its results).
 
 Every reader of a saved config reads it through :func:`as_recorded`: a resume's comparison with the config
 that resumes it (``config_diff.config_differences``), the config that ``evaluate`` and ``predict`` rebuild the
@@ -57,6 +66,7 @@ def _eval_amp(record: dict):
 BEFORE_KEY: dict[str, Callable[[dict], object]] = {
     "model.point3drope_scale": _point3drope_scale,
     "eval.amp": _eval_amp,
+    "eval.class_mean": lambda record: "present",
     "data.normal": lambda record: False,
 }
 
@@ -67,6 +77,32 @@ UNREAD: dict[str, Callable[[dict], bool]] = {
     "model.rope_mixed_init": lambda record: _section(record, "model").get("pe") not in
     (ONE_READER_KEYS["rope_mixed_init"], *FREQUENCY_FREE),
 }
+
+
+# "section.key" -> {a value older versions wrote: today's value of the same meaning, or why none has it}
+OLDER_VALUES: dict[str, dict[bool, tuple[bool, str]]] = {
+    "data.augment": {
+        False: (True, "none"),
+        True: (False, "PTv1's augmentations as made then: colour jitter 0.05, no hue or saturation shift"),
+    },
+}
+
+
+def older_value(key: str, value: object, choices: str) -> object:
+    """``value`` of the dotted ``key`` as today's config reads it: today's value of the same meaning where
+    ``value`` is an older version's form of one (:data:`OLDER_VALUES`), else ``value`` itself; raises ValueError
+    with the line's text (``choices``: today's values, as the message lists them) where no value of today's
+    means what it meant."""
+    older = OLDER_VALUES.get(key, {})
+    if type(value) is not bool or value not in older:       # 1 is not True here
+        return value
+    same, today = older[value]
+    if same:
+        return today
+    raise ValueError(f"{key}: {str(value).lower()} is an older version's setting ({today}), which none of today's "
+                     f"{choices} makes: this version cannot evaluate, predict with or resume a run trained with it; "
+                     "train it again (train --force) or use the version that trained it (in a config file, write one "
+                     "of today's values)")
 
 
 def as_recorded(record: dict) -> dict:
@@ -85,6 +121,11 @@ def as_recorded(record: dict) -> dict:
         value = before(record)
         if value is not None:
             out[section] = {**out[section], name: value}
+    for key, older in OLDER_VALUES.items():               # an older form of a value that today has
+        section, name = key.split(".")
+        value = _section(out, section).get(name)
+        if type(value) is bool and older.get(value, (False,))[0]:
+            out[section] = {**out[section], name: older[value][1]}
     for key, unread in UNREAD.items():
         section, name = key.split(".")
         if isinstance(out.get(section), dict) and name in out[section] and unread(record):
@@ -96,12 +137,16 @@ def predating_note(saved: dict, differences: list[tuple[str, object, object]]) -
     """For a refusal naming ``differences`` (``config_diff.config_differences``'s ``(key, saved, now)``): the
     override that runs the saved record as it ran where a differing key of :data:`BEFORE_KEY` is one the record
     lacks (it predates the key, and today's config file sets it otherwise: ``data.normal`` of the PTv3 recipe),
-    ``"; it was recorded before data.normal existed: the override data.normal=false uses it as it ran"``; else
-    ``""``."""
+    ``"; it was recorded before data.normal existed: the override data.normal=false uses it as it ran"``, and
+    what a saved value of an older form that no value of today's makes was (:data:`OLDER_VALUES`: no config of
+    today's resumes it); else ``""``."""
+    older = [f"; {key}: {str(value).lower()} is an older version's setting ({OLDER_VALUES[key][value][1]}), which "
+             "no value of today's makes" for key, value, _ in differences
+             if type(value) is bool and not OLDER_VALUES.get(key, {}).get(value, (True,))[0]]
     lacking = [(key, value) for key, value, _ in differences if key in BEFORE_KEY and isinstance(saved, dict)
                and key.split(".")[1] not in _section(saved, key.split(".")[0])]
     if not lacking:
-        return ""
+        return "".join(older)
     keys = " and ".join(key for key, _ in lacking)
     sets = " ".join(f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in lacking)
-    return f"; it was recorded before {keys} existed: the override {sets} uses it as it ran"
+    return f"; it was recorded before {keys} existed: the override {sets} uses it as it ran" + "".join(older)

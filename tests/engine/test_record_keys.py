@@ -95,3 +95,18 @@ def test_the_report_compares_an_old_point3drope_fold_at_its_scale(tmp_path):
     assert mixed_settings(folds) == {"model.point3drope_scale": {"Area_1": 1.0, "Area_2": 0.5}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old_record("configs/s3dis/ptv3_point3drope.yaml")))
     assert fold_settings({}, tmp_path)["model.point3drope_scale"] == 1.0
+
+
+def test_an_old_record_without_eval_class_mean_is_scored_by_the_rule_of_its_time(tmp_path):
+    """Before eval.class_mean every test averaged the classes present (metrics.py's NaN rule): a run recorded
+    without the key is evaluated again by that rule, not by today's default 'all', and the report reads its
+    metrics.json by the same rule; a record that has the key keeps its own."""
+    old = old_record("configs/demo.yaml", lacks="eval.class_mean")
+    assert load_config(REPO / "configs/demo.yaml").eval.class_mean == "all"
+    fold = tmp_path / "area_1"
+    fold.mkdir()
+    (fold / "config.yaml").write_text(yaml.safe_dump(old))
+    assert fold_config(fold).eval.class_mean == "present"
+    (fold / "config.yaml").write_text(yaml.safe_dump(old_record("configs/demo.yaml", "eval.class_mean=all",
+                                                                lacks="data.normal")))
+    assert fold_config(fold).eval.class_mean == "all"
