@@ -28,9 +28,9 @@ NOT_KEYS = {
     "optim.learning_rate": "the mistyped key of the error examples",
     "eval.key": "the placeholder of `eval.key=value`",
     "data.normals": "report's difference key `data.normals.<area>`, a record of the data",
-    "model.load_state_dict": "torch's method on a model",
-    "train.py": "the training script",
 }
+# what ends a file's name, never a config key's: `train.log`, `model.pt` are files
+FILE_SUFFIXES = {"py", "pt", "pth", "log", "txt", "json", "csv", "yaml", "yml", "md", "h5", "ply", "npy", "las", "laz"}
 # paths of the repository's form that are no file of it, each for its reason
 NOT_FILES = {
     "configs/x.yaml": "a reader's own config in the error examples",
@@ -51,12 +51,14 @@ def _command_options() -> dict[str, set[str]]:
 
 def _code(text: str) -> list[str]:
     """The shell text of a page: its fenced blocks' lines (continuations joined) and its code spans, each cut at
-    `&&`, `;` and ` #` (a comment is a piece too: it may name a command), so that each piece holds one command
-    (not at `|`: a synopsis's `RUN/area_K | FILE.pt` goes on with the command's options)."""
+    `&&`, `;`, ` #` (a comment is a piece too: it may name a command), a lone ` & ` (a command sent to the
+    background) and a ` | ` before a lowercase word (`| grep --color`: the next command's options), so that each
+    piece holds one command (not at a `|` before a placeholder, `RUN/area_K | FILE.pt`, or within a choice,
+    `--device auto|cpu`: a synopsis goes on with the command's options)."""
     fenced = re.findall(r"^```[a-z]*\n(.*?)^```$", text, re.M | re.S)
     spans = re.findall(r"``?([^`\n]+)``?", re.sub(r"^```[a-z]*\n.*?^```$", "", text, flags=re.M | re.S))
     lines = [line for block in fenced for line in block.replace("\\\n", " ").splitlines()] + spans
-    return [piece for line in lines for piece in re.split(r"&&|;| #", line)]
+    return [piece for line in lines for piece in re.split(r"&&|;| #|\s&\s|\s\|\s+(?=[a-z])", line)]
 
 
 def unknown_options(text: str, options: dict[str, set[str]]) -> list[str]:
@@ -73,9 +75,10 @@ def unknown_options(text: str, options: dict[str, set[str]]) -> list[str]:
 
 
 def unknown_make_targets(text: str, targets: set[str]) -> list[str]:
-    """`make <target>` of the page's commands that the Makefile has no rule for."""
-    return [m.group(1) for piece in _code(text) for m in re.finditer(r"(?<![\w-])make\s+([a-z][\w-]*)", piece)
-            if m.group(1) not in targets]
+    """`make <target>` of the page's commands that the Makefile has no rule for (not `apt install make gcc`: make
+    the package)."""
+    return [m.group(1) for piece in _code(text) for m in re.finditer(r"(?<![\w-])(?<!install )make\s+([a-z][\w-]*)",
+                                                                      piece) if m.group(1) not in targets]
 
 
 @functools.cache
@@ -100,11 +103,14 @@ def synopsis_gaps(text: str, options: dict[str, set[str]]) -> list[str]:
 
 def unknown_keys(text: str, keys: set[str]) -> list[str]:
     """Dotted names of a config section (`optim.lr`, `model.ptv3.*`) that are no key, no key's section and no
-    module of pointgeope (`data.check`)."""
+    module of pointgeope (`data.check`); a call (`model.eval()`: no key is called) and a file name (`train.log`)
+    are none."""
     found = []
     for m in re.finditer(rf"(?<![\w./-])((?:{'|'.join(SECTIONS)})\.[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)", text):
         name = m.group(1)
         prefix = text[m.end():m.end() + 1] == "*"  # model.geope_*: the keys that start so
+        if text[m.end():m.end() + 1] == "(" or name.rsplit(".", 1)[1] in FILE_SUFFIXES:
+            continue
         if (name in keys or name in NOT_KEYS or any(k.startswith(name + ("" if prefix else ".")) for k in keys)
                 or (REPO / "pointgeope" / (name.replace(".", "/") + ".py")).is_file()):
             continue
@@ -166,13 +172,20 @@ def test_each_checker_finds_a_planted_mistake():
             "Give `pointgeope viz A.h5 --list` a room; `--elsewhere` alone is no command's.\n")
     assert unknown_options(page, options) == ["predict --formats", "train.py --test-areas", "predict --formats",
                                                  "viz --list"]
+    other_tools = ("```bash\npointgeope viz A.h5 --room r | grep --color=never x\npython train.py --cv 2>&1 | tee "
+                   "--append log\npointgeope viz A.h5 --room r & tensorboard --logdir runs\n```\n")
+    assert unknown_options(other_tools, options) == []    # the options of the command piped to or run beside
     assert synopsis_gaps(page, {**options, "predict": {"--out", "--format", "--tta", "--help"}}) == \
         ["predict: --format, --out, --tta"]  # its synopsis line names --formats alone; the other lines are none
     assert unknown_make_targets("```bash\nmake demo BACKBONE=ptv3   # then make test\n```\n`make tests`, "
                                 "make it so", {"demo", "test"}) == ["tests"]
+    assert unknown_make_targets("```bash\nsudo apt-get install make gcc\nsudo make tests\n```\n", {"demo"}) == \
+        ["tests"]
     keys = {"optim.lr", "model.ptv3.enc_depths", "model.geope_base"}
     assert unknown_keys("`optim.lr=0.1 optim.lrate=1`, `model.ptv3.*`, `model.geope_*`, `model.geope_ratio`, "
                         "`pointgeope.model.x`, `data.check`, `train.py`", keys) == ["optim.lrate", "model.geope_ratio"]
+    assert unknown_keys("call model.eval() first, and `data.to(device)`, not `model.evals`; the log is train.log, "
+                        "the weights model.pt", keys) == ["model.evals"]     # calls and files are no keys
     files = {"bench/bench_fps.py", "bench/interleave.py", "configs/demo.yaml"}
     assert missing_files("`bench/bench_fps.py`, `bench/bench_fpss.py`, `bench/interleave.rounds`, `configs/`, "
                          "`bench/results/*.json`, `configs/demo.yml`", files) == ["bench/bench_fpss.py",

@@ -38,7 +38,7 @@ class Range:
     def __str__(self) -> str:
         """``"in [0, 1]"``, ``"> 0"``, ``">= 1"``, or ``""`` (finite, no bound)."""
         def num(x: float) -> str:
-            return str(int(x)) if float(x).is_integer() else f"{x:g}"
+            return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"   # 1e+50, not 50 digits
 
         if self.low is not None and self.high is not None and not self.open_low:
             return f"in [{num(self.low)}, {num(self.high)}]"
@@ -80,7 +80,18 @@ RANGES: dict[str, Range] = {
                                        "published network has k = 8 to 16)"),
     "model.decoder_blocks": sizes(0, 256, "each block is a layer of memory"),
     "model.share_planes": sizes(1, 2**14, "the groups divide model.planes"),
-    "model.geope_base": POSITIVE, "model.point3drope_scale": POSITIVE,
+    # pointgeope.geope_checks.check_phase_scales' bounds on every phase per unit 2^-126 <= k <= 2^66, for every
+    # data.grid_size in range (pos_scale = 1 / grid_size in [1e-3, 1e6]) and every width (exponents in (-2/3, 0])
+    "model.geope_base": Range(1e-20, 1e50, why="GeoPE's slowest block turns by about base^(-2/3) / (3 grid_size) "
+                                               "rad a metre, which rounds to 0 in float32 (no rotation) at "
+                                               "data.grid_size=1000 from about 5e51",
+                              why_low="GeoPE's slowest block turns by up to base^(-2/3) / (3 grid_size) rad a metre, "
+                                      "whose float32 phases overflow (NaN features) at data.grid_size=1e-6 from "
+                                      "about 3e-22"),
+    "model.point3drope_scale": Range(1e-36, 1e19, why="Point3DRoPE's fastest pair turns by the scale in rad a "
+                                                      "metre, whose float32 phases overflow (NaN features) from 2^66",
+                                     why_low="its slowest pair turns by a tenth of the scale, which rounds to 0 in "
+                                             "float32 (no rotation) below 2^-126"),
     "model.ptv3.stride": sizes(1, 2**16, "a stage keeps its input's voxels divided by about the stride"),
     "model.ptv3.enc_depths": sizes(0, 256, "each block is a layer of memory (the published network has 2 to 6)"),
     "model.ptv3.enc_channels": sizes(1, 2**14, "the linear layers of a stage hold channels^2 weights"),

@@ -196,7 +196,8 @@ class PointTransformerSeg(nn.Module):
         backends: point ops backends (default: measured per device).
         check_finite: check that ``feat`` is finite in every call (``geope_checks.check_finite``: a ``ValueError``
             naming the first bad row; a NaN or an infinity turns every logit of its cloud into NaN without a word),
-            one host read a call, on a GPU one synchronisation: off by default, as in torch's modules. The
+            one host read a call, on a GPU one synchronisation (with a given ``hierarchy``, its values too: a few
+            reads a stage, ``ops.hierarchy_check``): off by default, as in torch's modules. The
             training loader checks its batches' features on the CPU instead (``pointgeope.data.loader``).
         **overrides: fields of ``config`` to replace, e.g. ``PointTransformerSeg(pe="geope", planes=(16, 32))``.
 

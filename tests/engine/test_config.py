@@ -367,3 +367,33 @@ def test_a_python_config_is_named_as_such(tmp_path):
         load_config(config)
     assert str(err.value) == (f"{config}: expected a YAML config, got a Python file (Pointcept's form); Pointcept's "
                               "PTv3 S3DIS recipe is configs/s3dis/_ptv3_recipe.yaml, each step in docs/ptv3-recipe.md")
+
+
+@pytest.mark.parametrize("key, value, side", [("model.geope_base", "1e-300", "overflow"),
+                                              ("model.geope_base", "1e60", "rounds to 0"),
+                                              ("model.point3drope_scale", "1e30", "overflow"),
+                                              ("model.point3drope_scale", "1e-40", "rounds to 0")])
+def test_a_frequency_key_whose_phases_leave_float32_is_refused_when_the_config_is_read(key, value, side):
+    """The encodings refuse a phase per unit beyond [2^-126, 2^66] when built (geope_checks.check_phase_scales), a
+    ValueError: `pointgeope train model.geope_base=1e-300` ended in its traceback, exit 1. The key's range keeps
+    every such value out where the config is read, in one line naming the key."""
+    with pytest.raises(ConfigError, match=rf"^override '{key}={value}': {key}: expected a finite number [<>]= "
+                                          rf"1e[-+]\d+, got {re.escape(repr(float(value)))}; the bound is there "
+                                          rf"because .*{side}"):
+        load_config(None, [f"{key}={value}"])
+
+
+def test_every_frequency_key_in_range_builds_at_every_grid_size_and_width():
+    """The ranges of model.geope_base and model.point3drope_scale are within check_phase_scales' bounds at the ends
+    of data.grid_size's range (pos_scale = 1 / grid_size) and at the widest widths (the slowest frequency's
+    exponent nearest -2/3 for GeoPE, -1 for Point3DRoPE), where the encodings are built."""
+    from pointgeope.geope import BlockScale
+    from pointgeope.model.qk_encodings import GeoPEQK, Point3DRoPEQK
+
+    base, scale, grid = RANGES["model.geope_base"], RANGES["model.point3drope_scale"], RANGES["data.grid_size"]
+    for b in (base.low, base.high):
+        for g in (grid.low, grid.high):
+            BlockScale(3 * 2 ** 14, base=b, pos_scale=1 / g, axes=3)       # model.planes' widest
+            GeoPEQK(6 * 1024, base=b, pos_scale=1 / g)
+    for s in (scale.low, scale.high):
+        Point3DRoPEQK(6 * 1024, pos_scale=s)

@@ -134,7 +134,7 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
     (["model.point3drope_scale=1"], "model.point3drope_scale=1.0: only model.pe=point3drope reads it, but "
      "model.pe=rpe"),
     ([*PIPELINE, "model.backbone=ptv3", "model.pe=point3drope", "model.point3drope_scale=0"],
-     "model.point3drope_scale: expected a finite number > 0, got 0"),
+     "model.point3drope_scale: expected a finite number >= 1e-36, got 0"),
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.dec_depths=[1]"],
      "model.ptv3.dec_depths: expected 4 entries for the 5 stages"),
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_channels=[32, 64, 128, 256, 500]"],
