@@ -128,3 +128,36 @@ def test_a_command_into_a_held_folder_ends_with_one_line_and_exit_code_2(tmp_pat
     assert done.stderr.startswith(f"pointgeope synth: error: {out} lies inside {tmp_path / 'run'}, which pid ")
     assert len(done.stderr.splitlines()) == 1
     assert not list(out.rglob("*.txt"))  # nothing written
+
+
+MANY_LOCKS = """
+import fcntl, os, sys, time
+if os.fork():  # not a child of the test: another command
+    os._exit(0)
+for k in range(int(sys.argv[2])):
+    fd = os.open(os.path.join(sys.argv[1], f"f{k}"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="the look below reads /proc/locks (Linux)")
+def test_a_holder_of_many_locks_has_its_descriptors_read_once(tmp_path, monkeypatch):
+    """/proc/locks has a line per lock: read per line, a holder of 500 locks and 5,000 descriptors cost 2.5
+    million readlink calls (80 s) at every command's start."""
+    (tmp_path / "theirs").mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", MANY_LOCKS, str(tmp_path / "theirs"), "40"], stdout=subprocess.PIPE,
+                            text=True)
+    pid = int(proc.stdout.readline())
+    proc.wait()
+    try:
+        descriptors = len(os.listdir(f"/proc/{pid}/fd"))
+        reads, readlink = [], os.readlink
+        monkeypatch.setattr(os, "readlink", lambda path, *a, **k: reads.append(str(path)) or readlink(path, *a, **k))
+        with folder_lock(tmp_path / "out"):
+            pass
+        theirs = [path for path in reads if path.startswith(f"/proc/{pid}/fd/")]
+        assert 40 < descriptors and 0 < len(theirs) <= descriptors
+    finally:
+        _kill(pid)
