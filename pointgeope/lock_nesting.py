@@ -10,7 +10,8 @@ check sees the earlier lock (at worst both are refused, never both admitted):
 - **up**: every folder above (of the resolved path) whose ``.lock`` another process holds now
   (:func:`~pointgeope.lock.live_writer`: a lock file left by a ``kill -9`` is free and does not count; one of
   another host cannot be checked from here and counts, as ``folder_lock`` counts it, the message saying which
-  file to delete once that process has ended);
+  file to delete once that process has ended; where ``/proc/locks`` cannot be read, a live process of the
+  record's pid counts, which may be another program that took a killed command's pid: the message says so);
 - **down**: every ``.lock`` below ``folder`` that a process of this host holds, read from ``/proc/locks`` and the
   holders' ``/proc/PID/fd`` (Linux; elsewhere, and for a holder of another host or another user, this direction
   is not checked: walking the tree would cost a read of every folder below an output folder).
@@ -110,7 +111,10 @@ def refuse_nested(folder: str | Path) -> None:
                         + (f" (`{command}`)" if command else "")
                         + f"; give an output folder outside {parent}, or wait for that command to end"
                         + (f" (it cannot be checked from {here}: once it has ended, delete {parent / LOCK_NAME})"
-                           if owner.get("host") != here else ""))
+                           if owner.get("host") != here else
+                           f" (only its pid is checked, /proc/locks cannot be read here: if pid {owner['pid']} is no "
+                           f"pointgeope command, the lock was left by a killed one: delete {parent / LOCK_NAME})"
+                           if flocks("WRITE") is None else ""))
     if below := _held_below(folder, mine):
         inner, pid = below
         command = _command(pid)

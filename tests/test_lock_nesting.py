@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -159,5 +160,38 @@ def test_a_holder_of_many_locks_has_its_descriptors_read_once(tmp_path, monkeypa
             pass
         theirs = [path for path in reads if path.startswith(f"/proc/{pid}/fd/")]
         assert 40 < descriptors and 0 < len(theirs) <= descriptors
+    finally:
+        _kill(pid)
+
+
+SLEEPER = """
+import os, time
+if os.fork():  # not a child of the test
+    os._exit(0)
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+
+def test_where_proc_locks_cannot_be_read_a_reused_pid_above_says_which_file_to_delete(tmp_path, monkeypatch):
+    """Without /proc/locks (not Linux, a restricted /proc) a lock above is held where its pid lives: a lock left by
+    a kill -9 whose pid another program took refused every folder inside, the message saying to wait for a command
+    that would never end."""
+    from pointgeope import lock, lock_nesting
+
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())
+    proc.wait()
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / LOCK_NAME).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "since": "yesterday"}))
+        for module in (lock, lock_nesting):
+            monkeypatch.setattr(module, "flocks", lambda kind: None)
+        with pytest.raises(LockError, match=rf"which pid {pid} on .*; .*if pid {pid} is no pointgeope command, the "
+                                            rf"lock was left by a killed one: delete {re.escape(str(run / LOCK_NAME))}"
+                                            r"\)$"):
+            with folder_lock(run / "area_1"):
+                pass
     finally:
         _kill(pid)
