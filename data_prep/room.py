@@ -13,7 +13,7 @@ What is written is validated, each drop reported with its file and line (the poi
 - a file that is empty or binary (more than 30 % of its first 64 kB outside printable ASCII and
   whitespace) is skipped; a stray NUL or control byte in a text file is repaired or dropped on its line
   by the parser like any other. UTF-16 text (Windows "Unicode" exports) is decoded and parsed, with a
-  warning; a file that is UTF-16 but does not decode is skipped, saying how to convert it; a UTF-8
+  warning (UTF-32 too); a file that is UTF-16 but does not decode is skipped, saying how to convert it; a UTF-8
   byte-order mark is dropped;
 - every file that gives no point (skipped, or every line dropped) is named as a lost object
   (``attrs["lost_objects"]``), so that the loss of a whole object is visible, not one "dropped line";
@@ -47,6 +47,7 @@ from pointgeope.constants import CLASS_INDEX, CLUTTER, NUM_CLASSES
 from pointgeope.data.color_record import NO_COLOR, has_no_color
 from pointgeope.limit_text import past_limit
 from pointgeope.outliers import FLOAT32_INF, beyond_float32, column_bounds, column_extent, far_from_median
+from pointgeope.text_codec import HEAD, Codec, detect
 
 MAX_STORED_ISSUES = 1000  # messages kept in a room's attributes (the counts are always exact)
 MAX_PRINTED_PER_FILE = 10  # messages printed per file; the rest are counted in one more line
@@ -89,19 +90,18 @@ def is_binary(data: bytes) -> bool:
     return len(head.translate(None, _TEXT)) > 0.3 * len(head)
 
 
-def utf16_codec(data: bytes) -> str | None:
-    """``"utf-16"`` for a file with a UTF-16 byte-order mark, ``"utf-16-le"`` / ``"utf-16-be"`` for one
-    without a mark whose first 64 kB hold a NUL at every odd / even byte and at no other (ASCII text
-    saved as Windows "Unicode"); ``None`` for anything else."""
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return "utf-16"
-    head = data[:1 << 16]
-    if len(head) < 2:
-        return None
-    even, odd = head[0::2], head[1::2]
-    for codec, nul, text in (("utf-16-le", odd, even), ("utf-16-be", even, odd)):
-        if nul.count(0) == len(nul) and text.count(0) == 0:
-            return codec
+def unicode_codec(data: bytes) -> Codec | None:
+    """The UTF-16 or UTF-32 encoding of a raw file, ``None`` for anything else: by its byte-order mark
+    (:func:`pointgeope.text_codec.detect`, the rule of configs and scans), else where the first 64 kB hold a NUL in
+    every byte of each code unit but its low one and none there (ASCII text saved as Windows "Unicode"): wider
+    evidence than the first character's, for a raw folder's files of any kind."""
+    if (codec := detect(data[:HEAD])).mark and codec.name != "UTF-8":
+        return codec
+    for width, endian in ((4, "LE"), (4, "BE"), (2, "LE"), (2, "BE")):
+        head = data[:(1 << 16) // width * width]
+        units = [head[i::width] for i in (range(width) if endian == "LE" else reversed(range(width)))]
+        if len(head) >= width and units[0].count(0) == 0 and all(u.count(0) == len(u) for u in units[1:]):
+            return Codec(f"utf-{8 * width}-{endian.lower()}", f"UTF-{8 * width}{endian}")
     return None
 
 
@@ -117,18 +117,19 @@ def _text_of(data: bytes) -> tuple[bytes, bool, str | None, bool]:
         return data, True, "empty file" if _blank(data) else None, _blank(data)
     if _blank(data):
         return data, False, "empty file", True
-    codec = utf16_codec(data)
+    codec = unicode_codec(data)
     if codec is not None:
         try:
-            data = data.decode(codec).encode("utf-8")
+            data = data.decode(codec.codec).encode("utf-8")
         except UnicodeDecodeError as err:
-            return data, False, (f"UTF-16 text that does not decode ({err.reason} at byte {err.start}); convert "
-                                 "it to ASCII or UTF-8 (iconv -f UTF-16 -t UTF-8 FILE > NEW)"), True
+            return data, False, (f"{codec.name[:6]} text that does not decode ({err.reason} at byte {err.start}); "
+                                 f"convert it to ASCII or UTF-8 (iconv -f {codec.name} -t UTF-8 FILE > NEW)"), True
         if _blank(data):
             return data, False, "empty file", True
     if is_binary(data):
         return data, False, "not a text file (binary)", True
-    return data, is_plain(data), codec and "UTF-16 text (a Windows 'Unicode' export), decoded", False
+    said = {"UTF-16": "UTF-16 text (a Windows 'Unicode' export), decoded", "UTF-32": "UTF-32 text, decoded"}
+    return data, is_plain(data), codec and said[codec.name[:6]], False
 
 
 def _capped(path: str, messages: list[str]) -> list[str]:

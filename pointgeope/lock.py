@@ -174,18 +174,27 @@ def _command(pid: int) -> str:
     return _shown(command.decode(errors="replace"))
 
 
-def _flock_holders(inode: int, kind: str) -> set[int] | None:
-    """The pids holding a ``flock`` of ``kind`` (``"READ"``: shared, ``"WRITE"``: exclusive) on the file of
-    ``inode``, from ``/proc/locks`` (Linux; a waiter's ``->`` line is no holder); ``None`` where it cannot be read."""
+def flocks(kind: str) -> list[tuple[int, int]] | None:
+    """``(pid, inode)`` of every ``flock`` of ``kind`` (``"READ"``: shared, ``"WRITE"``: exclusive) held on this
+    host, from ``/proc/locks`` (Linux; a waiter's ``->`` line is no holder, a line it cannot parse is skipped);
+    ``None`` where it cannot be read."""
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
         return None
-    pids = set()
+    held = []
     for fields in map(str.split, lines):  # "1: FLOCK  ADVISORY  READ 4242 08:01:1234 0 EOF"
-        if fields[1:2] == ["FLOCK"] and fields[3:4] == [kind] and fields[5].rsplit(":", 1)[-1] == str(inode):
-            pids.add(int(fields[4]))
-    return pids
+        if fields[1:2] == ["FLOCK"] and fields[3:4] == [kind] and len(fields) > 5:
+            with contextlib.suppress(ValueError):
+                held.append((int(fields[4]), int(fields[5].rsplit(":", 1)[-1])))
+    return held
+
+
+def _flock_holders(inode: int, kind: str) -> set[int] | None:
+    """The pids holding a ``flock`` of ``kind`` on the file of ``inode`` (:func:`flocks`); ``None`` where
+    ``/proc/locks`` cannot be read."""
+    held = flocks(kind)
+    return None if held is None else {pid for pid, held_inode in held if held_inode == inode}
 
 
 def _readers(fd: int) -> str:

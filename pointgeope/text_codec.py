@@ -22,15 +22,20 @@ a space or a line end): the table has no row for text without a mark whose first
 (``é`` in UTF-16LE is ``E9 00``), and neither has this module. Such a file is taken for UTF-8 and its NUL bytes
 make the reader call it binary, saying that UTF-16 or UTF-32 text needs its mark. ``x`` is narrowed to printable
 ASCII, a tab and the line ends, so that an array of small 16- or 32-bit numbers (``05 00 07 00``) is not read as
-text of control characters: it is binary.
+text of control characters: it is binary. An array whose first number is such a byte (``64 00 00 00 05 00 00 00``:
+100, 5 as 32-bit numbers) fits a row without a mark; the text it decodes to holds a character that YAML's text may
+not (:func:`printable`), which tells it from text.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # the bytes a text's first character may be for the rows without a mark: printable ASCII, a tab or a line end
 FIRST = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
 HEAD = 4  # the bytes the rule reads
+# a character outside YAML 1.2's printable set (5.1, c-printable): C0 controls but tab and line ends, DEL, C1 but NEL
+_NOT_PRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 @dataclass(frozen=True)
@@ -71,3 +76,11 @@ def detect(head: bytes) -> Codec:
     if nul[:2] == [False, True] and ascii_at[0]:
         return Codec("utf-16-le", "UTF-16LE")
     return UTF8
+
+
+def printable(text: str) -> bool:
+    """Whether every character of ``text`` is one YAML's text may hold (YAML 1.2, 5.1: tab, line ends, printable
+    ASCII, NEL and the rest of Unicode but C1 controls, surrogates, U+FFFE and U+FFFF): the check of a row without a
+    mark, which reads only the NUL bytes around the first character; the numbers of a binary array decoded as
+    UTF-16 or UTF-32 are control characters (``d\\x05\\x07`` for 100, 5, 7)."""
+    return _NOT_PRINTABLE.search(text) is None

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -128,3 +129,69 @@ def test_a_command_into_a_held_folder_ends_with_one_line_and_exit_code_2(tmp_pat
     assert done.stderr.startswith(f"pointgeope synth: error: {out} lies inside {tmp_path / 'run'}, which pid ")
     assert len(done.stderr.splitlines()) == 1
     assert not list(out.rglob("*.txt"))  # nothing written
+
+
+MANY_LOCKS = """
+import fcntl, os, sys, time
+if os.fork():  # not a child of the test: another command
+    os._exit(0)
+for k in range(int(sys.argv[2])):
+    fd = os.open(os.path.join(sys.argv[1], f"f{k}"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="the look below reads /proc/locks (Linux)")
+def test_a_holder_of_many_locks_has_its_descriptors_read_once(tmp_path, monkeypatch):
+    """/proc/locks has a line per lock: read per line, a holder of 500 locks and 5,000 descriptors cost 2.5
+    million readlink calls (80 s) at every command's start."""
+    (tmp_path / "theirs").mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", MANY_LOCKS, str(tmp_path / "theirs"), "40"], stdout=subprocess.PIPE,
+                            text=True)
+    pid = int(proc.stdout.readline())
+    proc.wait()
+    try:
+        descriptors = len(os.listdir(f"/proc/{pid}/fd"))
+        reads, readlink = [], os.readlink
+        monkeypatch.setattr(os, "readlink", lambda path, *a, **k: reads.append(str(path)) or readlink(path, *a, **k))
+        with folder_lock(tmp_path / "out"):
+            pass
+        theirs = [path for path in reads if path.startswith(f"/proc/{pid}/fd/")]
+        assert 40 < descriptors and 0 < len(theirs) <= descriptors
+    finally:
+        _kill(pid)
+
+
+SLEEPER = """
+import os, time
+if os.fork():  # not a child of the test
+    os._exit(0)
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+
+def test_where_proc_locks_cannot_be_read_a_reused_pid_above_says_which_file_to_delete(tmp_path, monkeypatch):
+    """Without /proc/locks (not Linux, a restricted /proc) a lock above is held where its pid lives: a lock left by
+    a kill -9 whose pid another program took refused every folder inside, the message saying to wait for a command
+    that would never end."""
+    from pointgeope import lock, lock_nesting
+
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())
+    proc.wait()
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / LOCK_NAME).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "since": "yesterday"}))
+        for module in (lock, lock_nesting):
+            monkeypatch.setattr(module, "flocks", lambda kind: None)
+        with pytest.raises(LockError, match=rf"which pid {pid} on .*; .*if pid {pid} is no pointgeope command, the "
+                                            rf"lock was left by a killed one: delete {re.escape(str(run / LOCK_NAME))}"
+                                            r"\)$"):
+            with folder_lock(run / "area_1"):
+                pass
+    finally:
+        _kill(pid)

@@ -14,7 +14,7 @@ from pathlib import Path
 from shlex import quote
 
 from pointgeope.engine.config_check import ConfigError
-from pointgeope.text_codec import HEAD, detect
+from pointgeope.text_codec import HEAD, detect, printable
 
 
 def config_text(path: Path) -> str:
@@ -36,7 +36,7 @@ def config_text(path: Path) -> str:
                               f"at byte {err.start}: cut short?); a config is a YAML file in UTF-8: convert it (iconv "
                               f"-f {codec.name} -t UTF-8 {quote(str(path))} > NEW.yaml) and check its end") from None
         raise _binary(path) from None  # NUL bytes that are no UTF-16 or UTF-32 text either
-    if "\0" in text:
+    if "\0" in text or not (codec.mark or codec.name == "UTF-8" or printable(text)):  # a guess of numbers
         raise _binary(path)
     return text.replace("\r\n", "\n").replace("\r", "\n")
 

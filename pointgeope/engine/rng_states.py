@@ -57,8 +57,9 @@ def rank_rng_state(saved: list[dict], rank: int) -> dict:
     with, from the ``len(saved)`` ranks' states of a checkpoint. A rank the checkpoint had takes its own
     (fewer ranks now: the others' streams are dropped). A rank beyond them (more processes now) takes a
     stream of its own, never another rank's: with ``s = saved[rank % len(saved)]``, the first 4 draws
-    ``w`` of ``torch.randint(2**62)`` from ``s["torch"]`` and ``q = SeedSequence([*w, rank])``, its Python,
-    NumPy and torch generators are seeded with ``q``'s first three 63-bit words and CUDA's with the fourth
+    ``w`` of ``torch.randint(2**62)`` from ``s["torch"]`` and ``q = SeedSequence([*w, rank])``'s first four 63-bit
+    words ``q0..q3``, its Python generator is seeded with ``q0``, NumPy's with ``q1 mod 2**32`` (its legacy
+    generator takes 32 bits), torch's with ``q2`` and CUDA's with ``q3``
     (``"cuda_seed"``, which :func:`restore_rank_rng` gives every visible device): a function of the saved state and
     the rank, the same on every such resume."""
     if rank < len(saved):

@@ -100,6 +100,27 @@ def test_utf16_text_is_decoded_and_parsed(tmp_path, codec):
     assert data.attrs["binary_files"] == [] and data.attrs["lost_objects"] == []
 
 
+@pytest.mark.parametrize(("codec", "mark"), [("utf-32-le", b"\xff\xfe\0\0"), ("utf-32-be", b"\0\0\xfe\xff"),
+                                           ("utf-32-le", b""), ("utf-32-be", b"")])
+def test_utf32_text_is_decoded_and_parsed(tmp_path, codec, mark):
+    """Configs and predict's scans read UTF-32 (YAML's rule); prepare skipped such a file as "not a text file
+    (binary)" (its mark read as UTF-16's), and the object was lost."""
+    text = "1.5 2 3 10 20 30\r\n4 5 6.25 40 50 60\r\n"
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": mark + text.encode(codec)})
+    np.testing.assert_array_equal(data.arrays["coord"], np.float32([[1.5, 2, 3], [4, 5, 6.25]]))
+    np.testing.assert_array_equal(data.arrays["color"], [[10, 20, 30], [40, 50, 60]])
+    assert data.messages == ["Area_1/r/Annotations/wall_1.txt: repaired: UTF-32 text, decoded"]
+    assert data.attrs["binary_files"] == [] and data.attrs["lost_objects"] == []
+
+
+def test_utf16le_without_a_mark_cut_short_says_its_byte_order(tmp_path):
+    """``iconv -f UTF-16`` reads a file without a mark as big-endian: the advice for a little-endian one named it."""
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": "1 2 3 4 5 6\n".encode("utf-16-le") + b"7"})
+    assert data.messages == ["Area_1/r/Annotations/wall_1.txt: skipped: UTF-16 text that does not decode "
+                             "(truncated data at byte 24); convert it to ASCII or UTF-8 "
+                             "(iconv -f UTF-16LE -t UTF-8 FILE > NEW)"]
+
+
 def test_a_utf8_byte_order_mark_keeps_the_first_point(tmp_path):
     """Notepad's UTF-8 mark made the first line's first number non-ASCII: that point was dropped with a
     warning about "a Unicode minus, decimal mark or space"."""

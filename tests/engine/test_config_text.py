@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from shlex import split
 
+import numpy as np
 import pytest
 
 from pointgeope.engine.config import Config, ConfigError, load_config
@@ -59,6 +60,28 @@ def test_a_binary_file_is_still_called_binary(tmp_path, data):
     path = _written(tmp_path / "c.yaml", data)
     with pytest.raises(ConfigError, match=rf"^{path}: a binary file \(it holds NUL bytes; a checkpoint or an array"):
         load_config(path)
+
+
+@pytest.mark.parametrize("dtype", ["<i4", ">i4", "<i2", ">i2", "<u2"])
+@pytest.mark.parametrize("first", [9, 10, 13, 32, 65, 100, 126])
+def test_an_array_whose_first_number_is_an_ascii_code_is_called_binary(tmp_path, dtype, first):
+    """Labels or counts as 16- or 32-bit numbers, the first a printable ASCII code or a tab or line end: the NUL
+    bytes around it fit UTF-16 or UTF-32 without a mark, and the config was refused as "not valid YAML: unacceptable
+    character #x0005" (32-bit ones were called binary before UTF-32 was read)."""
+    path = _written(tmp_path / "c.yaml", np.array([first, 5, 7, 1000, 3], dtype=dtype).tobytes())
+    with pytest.raises(ConfigError, match=rf"^{path}: a binary file \(it holds NUL bytes; a checkpoint or an array"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-32-be"])
+def test_text_without_a_mark_holding_a_character_yaml_refuses_is_called_binary(tmp_path, encoding):
+    """The rule reads only the first character's NUL bytes: the rest of a text so told must be YAML's (5.1)."""
+    path = _written(tmp_path / "c.yaml", "model:\x07\n".encode(encoding))
+    with pytest.raises(ConfigError, match=rf"^{path}: a binary file"):
+        load_config(path)
+    marked = _written(tmp_path / "m.yaml", "\ufeffmodel:\x07\n".encode(encoding))  # with its mark: text, YAML's word
+    with pytest.raises(ConfigError, match="unacceptable character #x0007"):
+        load_config(marked)
 
 
 def test_utf16_with_its_mark_cut_short_says_how_to_convert_it(tmp_path):
