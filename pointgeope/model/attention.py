@@ -44,6 +44,7 @@ from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.norm import BatchNormReLU
 from pointgeope.model.ops import gather
 from pointgeope.model.ops.checks import check_count
+from pointgeope.model.qkv import qkv_product
 from pointgeope.model.rope import axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame, pointrope_table
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 from pointgeope.model.stage_memo import displacements, int64
@@ -313,7 +314,7 @@ class PointTransformerLayer(nn.Module):
             raise ValueError(f"expected idx of shape ({feat.shape[0]}, k), got {tuple(idx.shape)}")
         idx = int64(idx)                 # an int32 kNN of one's own: the kernels take int64 (once a stage)
         n, k, c = feat.shape[0], idx.shape[1], self.channels
-        q, key, value = self.linear_q(feat), self.linear_k(feat), self.linear_v(feat)
+        q, key, value = qkv_product(feat, (self.linear_q, self.linear_k, self.linear_v))   # one product (qkv.py)
         if self.pe.absolute:                                                     # APE: q_i + e(p_i), k_j + e(p_j)
             e = absolute_features(coord, self._pair_frequencies(feat), c, q.dtype)
             q, key = q + e, key + e

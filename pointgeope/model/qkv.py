@@ -1,0 +1,93 @@
+"""Queries, keys and values of one input as one product (Point Transformer's ``linear_q``, ``_k``, ``_v``).
+
+For three ``nn.Linear(C_in, C)`` of the same input ``x (N, C_in)``, with the weights stacked ``W (3, C, C_in)`` and
+the biases ``b (3, 1, C)``, forward::
+
+    out[i] = x W[i]^T + b[i]        i = 0, 1, 2  ->  q, k, v           one baddbmm, out (3, N, C)
+    # out's memory: [ q: N rows of C | k: N rows of C | v: N rows of C ], each a contiguous (N, C) view
+
+(contiguous, as the Triton attention kernels read them: a ``(N, 3C)`` product would hand them strided rows to
+copy), and backward, with the incoming gradients interleaved per row ``g (N, 3C) = [g_q | g_k | g_v]``::
+
+    dx = g W.view(3C, C_in)      one mm          (three Linears: three mm and two adds)
+    dW = g^T x  (3C, C_in)       one mm          (three mm)
+    db = sum_n g[n]  (3C,)       one sum         (three sums)
+
+so a layer's products launch 7 kernels with their backward where three ``nn.Linear`` launch 14: the two stacks of
+the parameters and the product, then the stack of ``g`` and the three above. The parameters' gradients are rows
+of ``dW`` and ``db``: contiguous views (autograd's own backward of a batched product would hand the weights
+transposed views, each copied once more into the parameter's layout). The backward is written in torch ops on
+the saved inputs: it differentiates again (``create_graph=True``, ``gradgradcheck``). Under autocast the
+product runs in autocast's dtype, as ``nn.Linear`` would. The outputs are views of one tensor made inside an
+autograd Function: changing one in place is refused by autograd (nothing in the network does).
+
+Why three parameters stacked at each forward and not one fused ``(3C, C_in)`` parameter (which would save the two
+stacks, 2 of the 7): the parameters stay those of three ``nn.Linear``. The state dict keeps the authors' keys
+(``linear_q.weight``, ...) with no hook, the optimiser's state of a training checkpoint keeps one momentum buffer
+per tensor in the same order (so checkpoints written before resume, and those written now resume with earlier
+code), weight decay and the parameter groups see the same tensors under the same names, and ``layer.linear_q``
+stays the module it was (``pointgeope.nn``'s tests map it onto PyG's ``lin_dst``).
+
+Numerics: the forward equals three ``F.linear`` bit for bit on the CPU (each batch of the product is the same
+matrix product), in float32 and float64; the backward's sums run in another order (``dx`` adds its three terms
+inside one product), within float rounding of three Linears' (measured in the CHANGELOG).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["qkv_product"]
+
+
+def qkv_product(x: Tensor, linears: tuple[nn.Linear, nn.Linear, nn.Linear]) -> tuple[Tensor, Tensor, Tensor]:
+    """``(linears[0](x), linears[1](x), linears[2](x))`` as one product (module docstring), each ``(N, C)``.
+
+    Args:
+        x: ``(N, C_in)``, the input of all three.
+        linears: three ``nn.Linear(C_in, C)`` with biases (anything with ``weight`` and ``bias``).
+
+    Returns:
+        three contiguous ``(N, C)`` views of one ``(3, N, C)`` tensor.
+    """
+    if any(lin.bias is None for lin in linears):
+        raise ValueError("expected three nn.Linear with biases, got one without (bias=False)")
+    weights, biases = (lin.weight for lin in linears), (lin.bias for lin in linears)
+    return _Product.apply(x, *weights, *biases)
+
+
+def _work_dtype(x: Tensor) -> torch.dtype:
+    """The dtype ``nn.Linear`` computes in for ``x``: autocast's where it is on and casts ``x`` (a floating dtype
+    other than float64, as autocast's rule), else ``x``'s."""
+    kind = x.device.type
+    if x.is_floating_point() and x.dtype != torch.float64 and torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return x.dtype
+
+
+class _Product(torch.autograd.Function):
+    """``x (N, C_in)``, weights ``W_q, W_k, W_v (C, C_in)``, biases ``b_q, b_k, b_v (C,)`` -> ``q, k, v (N, C)``."""
+
+    @staticmethod
+    def forward(ctx, x, wq, wk, wv, bq, bk, bv):
+        dtype = _work_dtype(x)
+        xc = x.to(dtype)
+        weight = torch.stack((wq, wk, wv)).to(dtype)                          # (3, C, C_in)
+        bias = torch.stack((bq, bk, bv)).to(dtype).unsqueeze(1)               # (3, 1, C)
+        with torch.autocast(x.device.type, enabled=False):
+            out = torch.baddbmm(bias, xc.expand(3, *x.shape), weight.transpose(1, 2))   # (3, N, C)
+        ctx.save_for_backward(x, wq, wk, wv, xc, weight)
+        return out.unbind(0)
+
+    @staticmethod
+    def backward(ctx, gq, gk, gv):
+        x, wq, wk, wv, xc, weight = ctx.saved_tensors
+        if torch.is_grad_enabled():      # create_graph: the same sums, on tensors tied to the inputs' graph
+            xc, weight = x.to(xc.dtype), torch.stack((wq, wk, wv)).to(weight.dtype)
+        three, c, c_in = weight.shape
+        g = torch.stack((gq, gk, gv), dim=1).view(-1, three * c).to(weight.dtype)   # (N, 3C): [g_q | g_k | g_v]
+        need = ctx.needs_input_grad
+        dx = g @ weight.view(three * c, c_in) if need[0] else None                # (N, C_in)
+        dw = (g.t() @ xc).view(three, c, c_in).unbind(0) if any(need[1:4]) else (None,) * 3
+        db = g.sum(0).view(three, c).unbind(0) if any(need[4:]) else (None,) * 3
+        return dx, *dw, *db

@@ -1,0 +1,192 @@
+"""Tests of pointgeope/model/qkv.py: the queries, keys and values as one product equal three ``nn.Linear`` (values,
+gradients, every positional encoding's layer), launch 8 kernels with their backward where three Linears launch 14,
+and leave the layer's parameters, state-dict keys and optimiser state as three Linears have them."""
+from __future__ import annotations
+
+import collections
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pointgeope.model import attention
+from pointgeope.model.attention import PointTransformerLayer
+from pointgeope.model.ops import knn
+from pointgeope.model.qkv import qkv_product
+
+PRESETS = ["rpe", "geope", "lingeope", "geope+rpe", "none", "rope3d", "rope-mixed", "pointrope", "ape"]
+QKV_KEYS = [f"linear_{n}.{p}" for n in "qkv" for p in ("weight", "bias")]
+
+
+def _linears(c_in=12, c=8, dtype=torch.float64, seed=0):
+    torch.manual_seed(seed)
+    return tuple(torch.nn.Linear(c_in, c).to(dtype) for _ in range(3))
+
+
+def _three(x, linears):
+    """The definition: three separate products ``x W^T + b``."""
+    return tuple(x @ lin.weight.T + lin.bias for lin in linears)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-13), (torch.float32, 1e-5)])
+def test_product_equals_three_linears(dtype, tol):
+    linears = _linears(dtype=dtype)
+    x = torch.randn(50, 12, dtype=dtype, requires_grad=True)
+    ours, ref = qkv_product(x, linears), _three(x, linears)
+    g = [torch.randn(50, 8, dtype=dtype) for _ in range(3)]
+    params = [x] + [p for lin in linears for p in (lin.weight, lin.bias)]
+    for a, b in zip(ours, ref, strict=True):
+        assert a.shape == (50, 8) and a.is_contiguous()
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    for a, b in zip(torch.autograd.grad(ours, params, g), torch.autograd.grad(ref, params, g), strict=True):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def test_gradcheck():
+    x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    params = [p.detach().requires_grad_() for lin in _linears(c_in=4, c=3) for p in (lin.weight, lin.bias)]
+
+    def f(x, *p):      # qkv_product reads .weight and .bias only: gradcheck's perturbed tensors flow in
+        return qkv_product(x, tuple(SimpleNamespace(weight=w, bias=b) for w, b in zip(p[0::2], p[1::2], strict=True)))
+    assert torch.autograd.gradcheck(f, (x, *params))
+    assert torch.autograd.gradgradcheck(f, (x, *params))       # create_graph: the network's torch path needs it
+
+
+def test_autocast_as_linear():
+    """Under CPU autocast (bfloat16) the product runs in bfloat16 as ``nn.Linear`` does, the gradients come back
+    in the parameters' float32, and both agree with three Linears under the same autocast."""
+    linears = _linears(dtype=torch.float32)
+    x = torch.randn(40, 12, requires_grad=True)
+    params = [x] + [p for lin in linears for p in (lin.weight, lin.bias)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours, ref = qkv_product(x, linears), tuple(lin(x) for lin in linears)
+    assert all(t.dtype == torch.bfloat16 for t in ours)
+    g = [torch.randn(40, 8).to(torch.bfloat16) for _ in range(3)]
+    for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
+    for a, b in zip(torch.autograd.grad(ours, params, g), torch.autograd.grad(ref, params, g), strict=True):
+        assert a.dtype == b.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=5e-2)
+
+
+def test_linear_without_bias_is_refused():
+    linears = (torch.nn.Linear(4, 4), torch.nn.Linear(4, 4, bias=False), torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="without"):
+        qkv_product(torch.randn(3, 4), linears)
+
+
+class _Ops(TorchDispatchMode):
+    """The aten ops that launch a kernel on CUDA (views, metadata and allocations left out)."""
+    VIEWS = {"view", "_unsafe_view", "expand", "t", "transpose", "unsqueeze", "squeeze", "select", "slice",
+             "unbind", "split", "split_with_sizes", "as_strided", "detach", "alias", "empty", "empty_strided"}
+
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if name not in self.VIEWS:
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_launches_forward_and_backward():
+    linears = _linears(dtype=torch.float32)
+    x = torch.randn(30, 12, requires_grad=True)
+    g = [torch.randn(30, 8) for _ in range(3)]
+    with _Ops() as forward:
+        out = qkv_product(x, linears)
+    with _Ops() as backward:
+        torch.autograd.backward(out, g)
+    assert forward.ops == {"stack": 2, "baddbmm": 1}            # three Linears: 3 addmm
+    assert backward.ops == {"stack": 1, "mm": 2, "sum": 1}      # three Linears: 6 mm, 3 sum, 2 add
+
+
+def _cloud(n=40, channels=16, k=6, dtype=torch.float64):
+    g = torch.Generator().manual_seed(1)
+    coord = torch.rand(n, 3, generator=g, dtype=torch.float64).to(dtype)
+    feat = torch.randn(n, channels, generator=g, dtype=torch.float64).to(dtype)
+    off = torch.tensor([n])
+    return coord, feat, knn(coord, coord, k, off, off)[0]
+
+
+@pytest.mark.parametrize("pe", PRESETS)
+def test_layer_equals_three_linears(pe, monkeypatch):
+    """The layer's output and every parameter's gradient, float64, with the product and with three Linears."""
+    torch.manual_seed(0)
+    layer = PointTransformerLayer(16, share_planes=4, neighbours=6, pe=pe).double()
+    coord, feat, idx = _cloud()
+    feat.requires_grad_(True)
+
+    def run():
+        layer.zero_grad(set_to_none=True)
+        feat.grad = None
+        out = layer(coord, feat, idx)
+        out.backward(torch.cos(out.detach() * 3))
+        return out.detach(), feat.grad.clone(), {n: p.grad.clone() for n, p in layer.named_parameters()}
+    ours = run()
+    monkeypatch.setattr(attention, "qkv_product", lambda x, lin: _three(x, lin))
+    ref = run()
+    torch.testing.assert_close(ours[0], ref[0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(ours[1], ref[1], rtol=0, atol=1e-12)
+    assert ours[2].keys() == ref[2].keys()
+    for name in ref[2]:
+        torch.testing.assert_close(ours[2][name], ref[2][name], rtol=0, atol=1e-12, msg=name)
+
+
+def test_parameters_and_keys_are_three_linears():
+    layer = PointTransformerLayer(16, share_planes=4, neighbours=6, pe="geope")
+    names = [n for n, _ in layer.named_parameters()]
+    assert names[:6] == QKV_KEYS
+    assert all(k in layer.state_dict() for k in QKV_KEYS)
+    assert isinstance(layer.linear_q, torch.nn.Linear)
+
+
+def test_old_checkpoint_loads_and_round_trips():
+    """A state dict with the three Linears' keys (as the authors' and earlier checkpoints hold them) loads
+    strictly, the product then uses its tensors, and the layer saves them back under the same keys."""
+    layer = PointTransformerLayer(16, share_planes=4, neighbours=6, pe="rpe").double().eval()
+    old = {k: v.clone() for k, v in layer.state_dict().items()}
+    g = torch.Generator().manual_seed(3)
+    for key in QKV_KEYS:
+        old[key] = torch.randn(old[key].shape, generator=g, dtype=torch.float64)
+    fresh = PointTransformerLayer(16, share_planes=4, neighbours=6, pe="rpe").double().eval()
+    fresh.load_state_dict(old, strict=True)
+    x = torch.randn(20, 16, dtype=torch.float64)
+    q, k, v = qkv_product(x, (fresh.linear_q, fresh.linear_k, fresh.linear_v))
+    for name, got in zip("qkv", (q, k, v), strict=True):
+        torch.testing.assert_close(got, x @ old[f"linear_{name}.weight"].T + old[f"linear_{name}.bias"],
+                                   rtol=0, atol=1e-13)
+    saved = fresh.state_dict()
+    assert list(saved) == list(old)
+    for key in QKV_KEYS:
+        assert torch.equal(saved[key], old[key])
+
+
+def test_optimiser_state_of_three_linears_resumes():
+    """SGD's state (one momentum buffer per tensor) written for a module of three Linears with the layer's
+    parameter order loads into an optimiser over the layer and takes the same step."""
+    torch.manual_seed(0)
+    layer = PointTransformerLayer(16, share_planes=4, neighbours=6, pe="rpe").double()
+    coord, feat, idx = _cloud()
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    layer(coord, feat, idx).square().sum().backward()
+    opt.step()
+    state = opt.state_dict()
+    assert [p.shape for p in layer.parameters()][:6] == [(16, 16), (16,)] * 3
+    assert all(state["state"][i]["momentum_buffer"].shape == p.shape for i, p in enumerate(layer.parameters()))
+    again = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    again.load_state_dict(state)
+    assert len(again.state) == len(list(layer.parameters()))
+
+
+def test_layer_launches_one_product_forward():
+    """The layer's forward runs one product for q, k and v: with ``pe="none"`` (no ``delta`` MLP) its products
+    are that one and ``gamma``'s two Linears (three Linears of q, k, v: five)."""
+    layer = PointTransformerLayer(16, share_planes=4, neighbours=6, pe="none")
+    coord, feat, idx = _cloud(dtype=torch.float32)
+    with _Ops() as ops:
+        layer(coord, feat, idx)
+    assert ops.ops["addmm"] + ops.ops["baddbmm"] == 3
