@@ -14,7 +14,8 @@ meant, worked out from the record itself:
   prediction left out of mAcc and mIoU), not its default ``all``: an old run evaluated again is scored as its
   own version scored it, as the report reads its ``metrics.json``;
 - ``eval.vote``: ``softmax``, what every test summed before the key (its default ``logits`` is the PTv1
-  authors' sum);
+  authors' sum), in a record without ``eval.max_fragments`` too (both came with the published test protocol:
+  a record holding one is no record of before);
 - ``optim.no_weight_decay``: ``[]`` for a run with learnt frequencies (``rope-mixed``, or
   ``model.geope_learnable`` beside an encoding with positions: PTv1's only backbone then), whose optimiser
   decayed every parameter in its one group; a resume with today's default would load that one group's state
@@ -84,7 +85,7 @@ BEFORE_KEY: dict[str, Callable[[dict], object]] = {
     "optim.no_weight_decay": _no_weight_decay,
     "eval.amp": _eval_amp,
     "eval.class_mean": lambda record: "present",
-    "eval.vote": lambda record: "softmax",
+    "eval.vote": lambda record: None if "max_fragments" in _section(record, "eval") else "softmax",
     "data.normal": lambda record: False,
 }
 

@@ -114,10 +114,13 @@ def test_an_old_record_without_eval_class_mean_is_scored_by_the_rule_of_its_time
 
 def test_an_old_record_without_eval_vote_is_evaluated_by_summing_softmax(tmp_path):
     """Before eval.vote every test summed each point's softmax over its predictions: a run recorded without the
-    key is evaluated again so, not by today's default 'logits'; a record that has the key keeps its own."""
+    key (nor eval.max_fragments, of the same version) is evaluated again so, not by today's default 'logits'; a
+    record that has the key keeps its own."""
     fold = tmp_path / "area_1"
     fold.mkdir()
-    (fold / "config.yaml").write_text(yaml.safe_dump(old_record("configs/demo.yaml", lacks="eval.vote")))
+    old = old_record("configs/demo.yaml", lacks="eval.vote")
+    del old["eval"]["max_fragments"]
+    (fold / "config.yaml").write_text(yaml.safe_dump(old))
     assert load_config(REPO / "configs/demo.yaml").eval.vote == "logits"
     assert fold_config(fold).eval.vote == "softmax"
     (fold / "config.yaml").write_text(yaml.safe_dump(old_record("configs/demo.yaml", lacks="eval.class_mean")))
