@@ -23,7 +23,7 @@ import torch
 
 from pointgeope.number_kind import is_whole
 
-__all__ = ["fold_machines", "machine", "saved_trained_on", "trained_on", "training_machine"]
+__all__ = ["code_note", "fold_machines", "machine", "saved_trained_on", "trained_on", "training_machine"]
 
 PRECISION_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "float32"}
 
@@ -74,3 +74,31 @@ def fold_machines(ckpt: dict, env, amp: str) -> dict:
     ``ckpt`` (``None`` where it records none) and of its test by ``env`` (a ``DistEnv``: its device and DDP
     processes) at ``eval.amp`` ``amp``."""
     return {"trained_on": saved_trained_on(ckpt) or None, "tested_on": machine(env.device, amp, env.world_size)}
+
+
+def _code_text(entry: dict) -> str:
+    """``pointgeope 0.2.0.dev0 (commit 3efc716, modified)`` of a ``"trained_on"`` entry's code."""
+    commit = entry.get("pointgeope_commit")
+    modified = ", modified" if entry.get("pointgeope_modified") else ""
+    return f"pointgeope {entry.get('pointgeope')}" + (f" (commit {str(commit)[:7]}{modified})" if commit else "")
+
+
+def code_note(path, saved: list[dict], now: dict) -> str | None:
+    """The note of a resume from the checkpoint ``path`` (its ``saved`` ``"trained_on"``,
+    :func:`saved_trained_on`) under other code than its last span's (``now``: :func:`training_machine`); ``None``
+    where the version and commit are the same. Code that computes a kernel, a sampling or an augmentation
+    otherwise gives other floats from the resume on, which training carries into every later epoch: the fold
+    is then no uninterrupted run of either version. The records keep both, but without this line nothing says
+    so where it happens. A checkpoint written before the record held the code (its one entry ``{"threads": n}``)
+    is of an older version than any that writes the record."""
+    last = saved[-1] if saved else {}
+    if "pointgeope" in last:
+        if (last.get("pointgeope"), last.get("pointgeope_commit")) == (now.get("pointgeope"),
+                                                                      now.get("pointgeope_commit")):
+            return None
+        then = _code_text(last)
+    else:
+        then = "an older pointgeope, which recorded no code"
+    return (f"note: {path} was trained by {then}, this run is {_code_text(now)}: where their computations differ "
+            "(a kernel's rounding, a sampling), the fold goes on as another run than an uninterrupted one of "
+            "either (metrics.json's trained_on lists the code of each part it records)")

@@ -13,6 +13,15 @@ meant, worked out from the record itself:
 - ``eval.class_mean``: ``present``, the rule of every test before the key (a class without ground truth or
   prediction left out of mAcc and mIoU), not its default ``all``: an old run evaluated again is scored as its
   own version scored it, as the report reads its ``metrics.json``;
+- ``eval.vote``: ``softmax``, what every test summed before the key (its default ``logits`` is the PTv1
+  authors' sum), in a record without ``eval.max_fragments`` too (both came with the published test protocol:
+  a record holding one is no record of before);
+- ``optim.no_weight_decay``: ``[]`` for a run with learnt frequencies (``rope-mixed``, or
+  ``model.geope_learnable`` beside an encoding with positions: PTv1's only backbone then), whose optimiser
+  decayed every parameter in its one group; a resume with today's default would load that one group's state
+  into two. Any other run has no such parameter: the default, which changes nothing for it;
+- ``model.rope_mixed_init``: ``axial`` for a ``rope-mixed`` run, which started from ``rope3d``'s frequencies
+  (the default, ``random``, is its authors' draw);
 - ``data.normal``: ``false``, the features ``[rgb | xyz]`` that every run fed before the key (its default too, but
   written out: the report compares a fold recorded before the key with one of today's recipe, ``true``, where a
   key missing from some folds would not be compared, and a run's folds would pool two feature layouts unsaid).
@@ -63,10 +72,20 @@ def _eval_amp(record: dict):
 
 
 # "section.key" -> the value that key had in a record written before it existed (None: the key's default)
+def _no_weight_decay(record: dict):
+    model = _section(record, "model")
+    learnt = model.get("pe") == "rope-mixed" or (model.get("geope_learnable") is True
+                                                 and model.get("pe", "rpe") not in FREQUENCY_FREE)
+    return [] if learnt and model.get("backbone", "ptv1") == "ptv1" else None
+
+
 BEFORE_KEY: dict[str, Callable[[dict], object]] = {
     "model.point3drope_scale": _point3drope_scale,
+    "model.rope_mixed_init": lambda record: "axial" if _section(record, "model").get("pe") == "rope-mixed" else None,
+    "optim.no_weight_decay": _no_weight_decay,
     "eval.amp": _eval_amp,
     "eval.class_mean": lambda record: "present",
+    "eval.vote": lambda record: None if "max_fragments" in _section(record, "eval") else "softmax",
     "data.normal": lambda record: False,
 }
 

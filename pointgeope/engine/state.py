@@ -37,7 +37,7 @@ from pointgeope.engine.checkpoint import (
 )
 from pointgeope.engine.epoch_meter import sums_problem
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
-from pointgeope.engine.machine_record import trained_on, training_machine
+from pointgeope.engine.machine_record import code_note, saved_trained_on, trained_on, training_machine
 from pointgeope.engine.retrain import retrain_from_scratch
 from pointgeope.engine.rng_states import restore_rank_rng, rng_state
 from pointgeope.engine.runio import Log
@@ -189,6 +189,8 @@ class FoldCheckpoints:
             log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {counted(state.batch, 'batch')}; "
                 f"its logged train loss, oa and miou will cover the batches after {them} only")
         self._warn_other_run(path, ckpt, log)
+        if note := code_note(path, saved_trained_on(ckpt), self.trained_on[-1]):
+            log(note)
         self.trained_on = trained_on(ckpt, self.trained_on[-1])
         return state
 

@@ -71,3 +71,32 @@ def test_metrics_json_gets_the_checkpoint_s_machines_and_the_test_s():
     got = fold_machines({"trained_on": [A, B]}, env, "fp16")
     assert got == {"trained_on": [A, B], "tested_on": {**machine(CPU, "none"), "processes": 2}}
     assert fold_machines({}, env, "none")["trained_on"] is None   # an older checkpoint without threads: none known
+
+
+def test_a_resume_under_other_code_says_so_in_one_line(tmp_path):
+    """A fold resumed by another version or commit than the one that wrote its last.pt continues as another run
+    wherever their computations differ: the resume says so, naming both; the same code says nothing, and a
+    checkpoint from before the code record is named as such (it was silent in each case)."""
+    env = DistEnv(rank=0, world_size=1, local_rank=0, device=CPU)
+    config = {"train": {"amp": "none"}}
+
+    def resumed_lines() -> list[str]:
+        lines: list[str] = []
+        FoldCheckpoints(tmp_path, learner(1), env, config, {}).resume(lines.append)
+        return [line for line in lines if "was trained by" in line]
+
+    FoldCheckpoints(tmp_path, learner(0), env, config, {}).save("last.pt", LoopState(1))
+    assert resumed_lines() == []
+    ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
+    ckpt["trained_on"][-1] |= {"pointgeope": "0.1.0", "pointgeope_commit": "a32a2b0" + "0" * 33,
+                                  "pointgeope_modified": False}
+    torch.save(ckpt, tmp_path / "last.pt")
+    (line,) = resumed_lines()
+    assert line.startswith(f"note: {tmp_path / 'last.pt'} was trained by pointgeope 0.1.0 (commit a32a2b0), "
+                           f"this run is pointgeope {__version__}")
+    assert "another run" in line and "\n" not in line
+    del ckpt["trained_on"]
+    ckpt["threads"] = torch.get_num_threads()
+    torch.save(ckpt, tmp_path / "last.pt")
+    (line,) = resumed_lines()
+    assert "was trained by an older pointgeope, which recorded no code" in line

@@ -110,3 +110,61 @@ def test_an_old_record_without_eval_class_mean_is_scored_by_the_rule_of_its_time
     (fold / "config.yaml").write_text(yaml.safe_dump(old_record("configs/demo.yaml", "eval.class_mean=all",
                                                                 lacks="data.normal")))
     assert fold_config(fold).eval.class_mean == "all"
+
+
+def test_an_old_record_without_eval_vote_is_evaluated_by_summing_softmax(tmp_path):
+    """Before eval.vote every test summed each point's softmax over its predictions: a run recorded without the
+    key (nor eval.max_fragments, of the same version) is evaluated again so, not by today's default 'logits'; a
+    record that has the key keeps its own."""
+    fold = tmp_path / "area_1"
+    fold.mkdir()
+    old = old_record("configs/demo.yaml", lacks="eval.vote")
+    del old["eval"]["max_fragments"]
+    (fold / "config.yaml").write_text(yaml.safe_dump(old))
+    assert load_config(REPO / "configs/demo.yaml").eval.vote == "logits"
+    assert fold_config(fold).eval.vote == "softmax"
+    (fold / "config.yaml").write_text(yaml.safe_dump(old_record("configs/demo.yaml", lacks="eval.class_mean")))
+    assert fold_config(fold).eval.vote == "logits"
+
+
+SMALL = ["model.planes=[16,32]", "model.blocks=[1,1]", "model.strides=[1,4]", "model.neighbours=[8,8]",
+         "model.decoder_blocks=[1,1]"]
+
+
+@pytest.mark.parametrize("pe,learnt", [("rope-mixed", "false"), ("geope", "true")])
+def test_an_old_run_with_learnt_frequencies_resumes_with_the_one_parameter_group_it_saved(tmp_path, pe, learnt):
+    """Before optim.no_weight_decay (and model.rope_mixed_init) the optimiser held every parameter in one group,
+    learnt frequencies decayed, and RoPE-Mixed started from rope3d's axial frequencies. Such a record resumed
+    with today's config is refused in one line naming the overrides that run it as it ran (it was a traceback:
+    torch's 'loaded state dict has a different number of parameter groups'), and its own config builds the
+    optimiser that loads the saved one-group state."""
+    import torch
+
+    from pointgeope.engine import build
+    from pointgeope.engine.config import config_from_dict
+
+    overrides = [*SMALL, f"model.pe={pe}", f"model.geope_learnable={learnt}"]
+    record = config_to_dict(load_config(REPO / "configs/demo.yaml", overrides))
+    del record["optim"]["no_weight_decay"], record["model"]["rope_mixed_init"]
+    cfg = config_from_dict(record, "last.pt")
+    net = build.model(cfg)
+    then = torch.optim.AdamW(net.parameters(), lr=0.02, weight_decay=1e-4)   # every parameter, one group
+    for p in net.parameters():
+        p.grad = torch.ones_like(p)
+    then.step()
+    build.optimizer(cfg, net).load_state_dict(then.state_dict())
+    assert cfg.optim.no_weight_decay == [] and net.frequency_parameters()
+    assert cfg.model.rope_mixed_init == ("axial" if pe == "rope-mixed" else "random")
+    save_checkpoint(tmp_path / "last.pt", {"config": record})
+    with pytest.raises(CheckpointError, match=r"the override .*optim\.no_weight_decay=\[\] uses it as it ran"):
+        load_checkpoint(tmp_path / "last.pt", config_to_dict(load_config(REPO / "configs/demo.yaml", overrides)))
+
+
+def test_an_old_run_without_learnt_frequencies_resumes_with_todays_no_weight_decay():
+    """A network without learnt frequencies has one parameter group under either value: a record of it without
+    optim.no_weight_decay is no other config than today's."""
+    for pe in ("geope", "rpe", "rope3d"):
+        record = config_to_dict(load_config(REPO / "configs/demo.yaml", [f"model.pe={pe}"]))
+        del record["optim"]["no_weight_decay"], record["model"]["rope_mixed_init"]
+        assert config_differences(record, config_to_dict(load_config(REPO / "configs/demo.yaml",
+                                                                     [f"model.pe={pe}"]))) == []
