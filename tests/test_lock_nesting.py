@@ -195,3 +195,20 @@ def test_where_proc_locks_cannot_be_read_a_reused_pid_above_says_which_file_to_d
                 pass
     finally:
         _kill(pid)
+
+
+def test_a_refused_command_leaves_no_folder_it_made(tmp_path, holder):
+    """``synth RUN/x/data`` refused inside a held ``RUN`` made ``RUN/x/data`` first: bad input leaves nothing.
+    A folder that was there before, or that holds anything, stays."""
+    run = tmp_path / "run"
+    holder(run)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "pointgeope", "synth", "--size", "tiny", str(run / "x" / "data")],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 2 and "lies inside" in done.stderr
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME]  # neither run/x/data nor run/x
+    (run / "kept").mkdir()
+    with pytest.raises(LockError, match="lies inside"):
+        with folder_lock(run / "kept" / "out"):
+            pass
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME, "kept"] and not any((run / "kept").iterdir())
