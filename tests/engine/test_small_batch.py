@@ -132,5 +132,5 @@ def test_a_ptv1_batch_with_a_stage_of_one_point_names_the_key_that_made_it_so(tw
     line = run_ptv1(two_folds, tmp_path / "run", capsys, "data.grid_size=5", "data.batch_size=1", "data.mix_prob=0")
     assert re.fullmatch(r"pointgeope train: error: a training batch of 1 cloud of [1-7] points? keeps 1 at stage 2 "
                         r"\(strides \(1, 4\): a cloud of n points keeps max\(1, n // 4\) there\), and its batch norm "
-                        r"needs two rows or more; the batch is one cloud of [1-7] points?: data.grid_size=5.0 m leaves a "
-                        r"sample that few voxels; lower data.grid_size, .*", line)
+                        r"needs two rows or more; the batch is one cloud of [1-7] points?: data.grid_size=5.0 m "
+                        r"leaves a sample that few voxels; lower data.grid_size, .*", line)
