@@ -24,7 +24,7 @@ from typing import IO
 from pointgeope.errors import FULL_DISK, UserError
 
 __all__ = ["atomic_path", "atomic_open", "atomic_unnamed", "write_text_atomic", "remove_leftovers", "is_leftover",
-           "writable_folder", "check_replaceable", "DiskFullError", "UnwritableError"]
+           "writable_folder", "remove_made_folders", "check_replaceable", "DiskFullError", "UnwritableError"]
 
 class DiskFullError(UserError):
     """A write refused by the disk (no space, quota, file size limit): names the file being written."""
@@ -242,19 +242,43 @@ def remove_leftovers(folder: str | Path, recursive: bool = True, locked: bool = 
     return removed
 
 
+# The folders :func:`writable_folder` made in this process (absolute): a command refused before it writes
+# anything removes them again (:func:`remove_made_folders`), so that bad input leaves nothing behind.
+_MADE: set[Path] = set()
+
+
 def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     """Create ``path`` if needed and check, by writing a temporary file into it, that it can be written;
-    a :class:`~pointgeope.errors.UserError` naming it otherwise (before any long work starts)."""
+    a :class:`~pointgeope.errors.UserError` naming it otherwise (before any long work starts). The folders
+    it makes (``path`` and its missing parents) are recorded for :func:`remove_made_folders`."""
     path = Path(path)
     check_folder_path(path, what)
+    absolute = Path(os.path.abspath(path))
+    missing = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
     try:
         path.mkdir(parents=True, exist_ok=True)
+        _MADE.update(missing)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as err:
         raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); make it writable or give "
                         "a folder you can write") from None
     return path
+
+
+def remove_made_folders(path: str | Path) -> None:
+    """Remove ``path`` and then each folder above it, as long as :func:`writable_folder` made it in this process
+    and it is empty: a command refused after it made its output folder (another command holds a folder
+    around it, :mod:`pointgeope.lock_nesting`) leaves no empty folder behind. A folder that another process
+    has written into meanwhile is not empty, and stays."""
+    for folder in (absolute := Path(os.path.abspath(path)), *absolute.parents):
+        if folder not in _MADE:
+            return
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): nor is any folder above it ours to remove
+            return
+        _MADE.discard(folder)
 
 
 def check_folder_path(path: str | Path, what: str = "output folder") -> None:

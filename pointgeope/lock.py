@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pointgeope import json_text
-from pointgeope.atomic import writable_folder
+from pointgeope.atomic import remove_made_folders, writable_folder
 from pointgeope.errors import UserError
 
 try:
@@ -302,10 +302,15 @@ def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> It
     _HELD.add(fds[0])
     try:
         from pointgeope.lock_nesting import refuse_nested  # (it imports this module)
-        refuse_nested(folder)  # not inside, nor around, a folder another command holds: once ours is held
-        if readers:
-            fds.append(_exclude_readers(folder))
-            _HELD.add(fds[1])
+        try:
+            refuse_nested(folder)  # not inside, nor around, a folder another command holds: once ours is held
+            if readers:
+                fds.append(_exclude_readers(folder))
+                _HELD.add(fds[1])
+        except LockError:  # refused: nothing left behind, not even the folder this command made for it
+            _release(fds, path)
+            remove_made_folders(folder)
+            raise
         yield path
     finally:
         _release(fds, path)

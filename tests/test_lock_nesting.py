@@ -195,3 +195,37 @@ def test_where_proc_locks_cannot_be_read_a_reused_pid_above_says_which_file_to_d
                 pass
     finally:
         _kill(pid)
+
+
+def test_a_refused_command_leaves_no_folder_it_made(tmp_path, holder):
+    """``synth RUN/x/data`` refused inside a held ``RUN`` made ``RUN/x/data`` first: bad input leaves nothing.
+    A folder that was there before, or that holds anything, stays."""
+    run = tmp_path / "run"
+    holder(run)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "pointgeope", "synth", "--size", "tiny", str(run / "x" / "data")],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 2 and "lies inside" in done.stderr
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME]  # neither run/x/data nor run/x
+    (run / "kept").mkdir()
+    with pytest.raises(LockError, match="lies inside"):
+        with folder_lock(run / "kept" / "out"):
+            pass
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME, "kept"] and not any((run / "kept").iterdir())
+
+
+def test_a_report_into_a_run_that_ablate_holds_says_what_to_do_and_leaves_no_folder(tmp_path, holder):
+    """``report RUN`` (default ``RUN/report``) while ``ablate`` holds ``RUN``: refused in one line that says to give
+    an output folder outside RUN or wait; the report made ``RUN/report`` before its lock, and left it empty."""
+    from tests.test_report import perfect, write_fold
+
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        write_fold(run, k, perfect())
+    holder(run)
+    done = subprocess.run([sys.executable, "-m", "pointgeope", "report", str(run)], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), check=False)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith(f"pointgeope report: error: {run / 'report'} lies inside {run}, which pid ")
+    assert f"; give an output folder outside {run}, or wait for that command to end" in done.stderr
+    assert not (run / "report").exists()

@@ -350,7 +350,6 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
     failed, are unfinished (``train.epochs_per_run``) or stale (the report covers the others and names them);
     when every trial is unfinished there is nothing to score: no report, 1 (the rerun continues them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
-    run_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(run_dir, command or " ".join(sys.argv)):
         print(f"{counted(len(trials), 'trial')} ({counted(len(presets), 'preset')} x {counted(len(seeds), 'seed')}) "
               f"of fold {test_area}, {jobs} at a time, in {run_dir}", flush=True)

@@ -10,6 +10,13 @@ samples share a voxel). A cloud's size comes from ``data.voxel_max`` (at most th
 of its voxels)::
 
     data.voxel_max=1 data.batch_size=1      -> refused at the start (batch_norm_problem)
+
+PTv1 keeps ``max(1, n // prod(model.strides))`` points of a cloud of ``n`` at its last stage
+(:mod:`pointgeope.model.small_batch`), so a one-cloud batch cut to ``data.voxel_max < 2 * prod(model.strides)``
+points fails at every step: refused at the start too (:func:`ptv1_batch_norm_problem`; data that voxelises
+smaller anyway is the step's to say)::
+
+    data.voxel_max=500 data.batch_size=1    -> refused at the start (strides 1, 4, 4, 4, 4: 512 points needed)
     data.crop_rate=0.001 data.batch_size=1  -> the step's SmallBatchError, rewritten (small_batch_advice):
         PTv3's pooling (stride 2) merged the 2 voxels of a training batch into one, ...: the batch is one
         cloud of 2 points: data.crop_rate=0.001 keeps that fraction of a sample's voxels of data.grid_size=0.12 m
@@ -17,7 +24,10 @@ of its voxels)::
 """
 from __future__ import annotations
 
-__all__ = ["PTV1_STAGES", "PTV3_STAGES", "batch_norm_problem", "one_cloud_batches", "small_batch_advice"]
+import math
+
+__all__ = ["PTV1_STAGES", "PTV3_STAGES", "batch_norm_problem", "one_cloud_batches", "ptv1_batch_norm_problem",
+           "small_batch_advice"]
 
 
 def one_cloud_batches(data, per_rank: int) -> bool:
@@ -34,6 +44,23 @@ def batch_norm_problem(data, per_rank: int) -> str | None:
            f"2 samples per process, which Mix3D (data.mix_prob={data.mix_prob}) merges into one cloud")
     return (f"data.voxel_max=1 with {how}: a PTv3 training batch of one point (or two in one voxel), and its "
             "batch norm needs two rows or more; raise data.voxel_max (PTv3's recipe: 204800) or data.batch_size")
+
+
+def ptv1_batch_norm_problem(data, strides, per_rank: int) -> str | None:
+    """PTv1: ``data.voxel_max`` below ``2 * prod(strides)`` (``c`` = 2 clouds merged by Mix3D: half that) where a
+    training batch may be one cloud of at most ``c * voxel_max`` points, whose last stage then keeps one point in
+    every step (``max(1, n // prod(strides))``), which batch norm cannot normalise; ``None`` otherwise."""
+    if data.voxel_max is None or not one_cloud_batches(data, per_rank):
+        return None
+    clouds, need = (1 if per_rank == 1 else 2), 2 * math.prod(strides)
+    if clouds * data.voxel_max >= need:
+        return None
+    how = ("1 sample per process" if clouds == 1 else
+           f"2 samples per process, which Mix3D (data.mix_prob={data.mix_prob}) merges into one cloud")
+    return (f"data.voxel_max={data.voxel_max} with {how}: a PTv1 training batch of one cloud of at most "
+            f"{clouds * data.voxel_max} points keeps 1 at its last stage (model.strides {list(strides)}: n // "
+            f"{math.prod(strides)}), and its batch norm needs two rows or more; raise data.voxel_max to "
+            f"{-(-need // clouds)} or more, or data.batch_size")
 
 
 PTV3_STAGES = "model.ptv3.enc_depths and the lists with it"   # the keys of fewer stages, per backbone

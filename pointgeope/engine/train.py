@@ -57,7 +57,7 @@ from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
 from pointgeope.engine.retrain import note_retrain
 from pointgeope.engine.runio import Log, progress, record_stop
-from pointgeope.engine.small_batch import batch_norm_problem
+from pointgeope.engine.small_batch import batch_norm_problem, ptv1_batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
@@ -113,9 +113,10 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         run.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
     check_fold(cfg, fold, folds, env, log, said)
-    problem = (neighbour_problem(cfg.model, cfg.data.voxel_max, build.per_rank_batch(cfg, env), device)
-               if cfg.model.backbone == "ptv1"             # PTv1's kNN neighbourhoods; PTv3's batch norm
-               else batch_norm_problem(cfg.data, build.per_rank_batch(cfg, env)))
+    per_rank = build.per_rank_batch(cfg, env)
+    problem = ((ptv1_batch_norm_problem(cfg.data, cfg.model.strides, per_rank)  # PTv1's batch norm, kNN memory
+                or neighbour_problem(cfg.model, cfg.data.voxel_max, per_rank, device))
+               if cfg.model.backbone == "ptv1" else batch_norm_problem(cfg.data, per_rank))   # PTv3's batch norm
     if problem:  # before any weight or batch is made: a step that could never fit
         raise UserError(problem)
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import os
+import sys
 import warnings
 
 from pointgeope.model.attention import PRESETS, PositionalEncoding
@@ -110,7 +112,18 @@ def load_encoding(saved: object, pe: PositionalEncoding, prefix: str, settings: 
         error_msgs.append(f"{prefix}pe: the checkpoint was saved with pe={pe_argument(loaded)}, this layer has pe="
                           f"{pe_argument(pe)}; build it with pe={pe_argument(loaded)} to load it")
     elif saved is None and settings and not any(prefix + name in missing_keys for name in settings):
-        warnings.warn(f"{prefix}pe: the checkpoint names no encoding (saved before layers recorded theirs); loaded "
-                      f"as this layer's pe={pe_argument(pe)}, which it cannot confirm (other encodings of the same "
-                      f"parameters and settings load alike): if that is the one it was trained with, save it again "
-                      f"to record it", UserWarning, stacklevel=2)
+        warnings.warn(f"the checkpoint names no encoding (saved before layers recorded it): loaded as pe="
+                      f"{pe_argument(pe)}, unconfirmed; if it was trained with that, save it again to record it",
+                      UserWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` (for a warning of :func:`load_encoding`) of the line that called ``load_state_dict``:
+    the first frame outside ``pointgeope/nn`` and torch's ``nn/modules``. One text for every layer, shown from
+    that line: Python's default filter shows it once per line, not once per layer of the model loaded."""
+    import torch.nn.modules.module as torch_module
+    inside = tuple(os.path.join(os.path.dirname(path), "") for path in (__file__, torch_module.__file__))
+    frame, level = sys._getframe(2), 2  # 1: load_encoding, which warns
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level

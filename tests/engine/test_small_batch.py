@@ -4,6 +4,7 @@ naming the key that made it so. Before: torch's "Expected more than 1 value per 
 traceback (exit 1) from the stem, or the pooling's line blaming data.grid_size for a crop's doing."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -93,17 +94,43 @@ def test_the_advice_names_the_stage_keys_of_the_backbone():
     assert small_batch_advice(data, 300).endswith("or use fewer stages (model.ptv3.enc_depths and the lists with it)")
 
 
-def test_a_ptv1_batch_with_a_stage_of_one_point_names_the_key_that_made_it_so(two_folds, tmp_path, capsys):
-    """PTv1 (strides 1, 4) on samples cut to 5 points, one a batch: stage 2 keeps one point, where torch's
-    "Expected more than 1 value per channel when training" traceback ended the run (exit 1)."""
+@pytest.mark.parametrize("voxel_max, batch, mix, refused", [
+    (511, 1, 0.0, True), (512, 1, 0.0, False), (100, 2, 0.0, False), (255, 2, 0.5, True), (256, 2, 0.5, False),
+    (1, 3, 1.0, False), (None, 1, 0.0, False)])
+def test_ptv1_samples_too_small_for_the_last_stage_are_refused_where_a_batch_may_be_one_cloud(voxel_max, batch, mix,
+                                                                                               refused):
+    """The published strides (1, 4, 4, 4, 4): a cloud of n points keeps max(1, n // 256) at the last stage, two
+    rows from n = 512; a Mix3D pair of two samples of voxel_max points is one cloud of 2 voxel_max."""
+    from pointgeope.engine.small_batch import ptv1_batch_norm_problem
+
+    problem = ptv1_batch_norm_problem(SimpleNamespace(voxel_max=voxel_max, mix_prob=mix), [1, 4, 4, 4, 4], batch)
+    assert (problem is not None) == refused
+
+
+def run_ptv1(two_folds, run, capsys, *extra):
     from tests.engine.conftest import TINY
     from tests.engine.test_ptv3_engine import REPO
 
-    line = one_line(capsys, 2, ["train", "--config", str(REPO / "configs" / "demo.yaml"), "--test-area", "1",
-                                "--data-root", str(two_folds), "--run-dir", str(tmp_path / "run"), *TINY,
-                                "data.voxel_max=5", "data.batch_size=1", "data.mix_prob=0"])
-    assert line == ("pointgeope train: error: a training batch of 1 cloud of 5 points keeps 1 at stage 2 (strides "
-                    "(1, 4): a cloud of n points keeps max(1, n // 4) there), and its batch norm needs two rows or "
-                    "more; the batch is one cloud of 5 points: data.voxel_max=5 cuts each sample to that many "
-                    "points; raise data.voxel_max, or raise data.batch_size (a batch of several clouds never pools "
-                    "to one row), or use fewer stages (model.planes and the lists with it)")
+    return one_line(capsys, 2, ["train", "--config", str(REPO / "configs" / "demo.yaml"), "--test-area", "1",
+                                "--data-root", str(two_folds), "--run-dir", str(run), *TINY, *extra])
+
+
+def test_ptv1_samples_cut_below_the_last_stage_are_refused_before_training(two_folds, tmp_path, capsys):
+    """PTv1 (strides 1, 4) on samples cut to 5 points, one a batch: stage 2 keeps one point in every step. It ended
+    at the first step (torch's "Expected more than 1 value per channel when training" traceback, later the step's
+    line), after the model and the loader were built; the config says it at the start."""
+    line = run_ptv1(two_folds, tmp_path / "run", capsys, "data.voxel_max=5", "data.batch_size=1", "data.mix_prob=0")
+    assert line == ("pointgeope train: error: data.voxel_max=5 with 1 sample per process: a PTv1 training batch of "
+                    "one cloud of at most 5 points keeps 1 at its last stage (model.strides [1, 4]: n // 4), and its "
+                    "batch norm needs two rows or more; raise data.voxel_max to 8 or more, or data.batch_size")
+    assert not (tmp_path / "run" / "area_1" / "last.pt").exists()
+
+
+def test_a_ptv1_batch_with_a_stage_of_one_point_names_the_key_that_made_it_so(two_folds, tmp_path, capsys):
+    """Data that voxelises smaller than data.voxel_max anyway (voxels of 5 m: a room of a few points) is the step's
+    to say: stage 2 keeps one point, where torch's traceback ended the run (exit 1)."""
+    line = run_ptv1(two_folds, tmp_path / "run", capsys, "data.grid_size=5", "data.batch_size=1", "data.mix_prob=0")
+    assert re.fullmatch(r"pointgeope train: error: a training batch of 1 cloud of [1-7] points? keeps 1 at stage 2 "
+                        r"\(strides \(1, 4\): a cloud of n points keeps max\(1, n // 4\) there\), and its batch norm "
+                        r"needs two rows or more; the batch is one cloud of [1-7] points?: data.grid_size=5.0 m "
+                        r"leaves a sample that few voxels; lower data.grid_size, .*", line)
