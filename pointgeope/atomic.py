@@ -24,7 +24,8 @@ from typing import IO
 from pointgeope.errors import FULL_DISK, UserError
 
 __all__ = ["atomic_path", "atomic_open", "atomic_unnamed", "write_text_atomic", "remove_leftovers", "is_leftover",
-           "writable_folder", "remove_made_folders", "check_replaceable", "DiskFullError", "UnwritableError"]
+           "writable_folder", "remove_made_folders", "forget_made_folders", "check_replaceable", "DiskFullError",
+           "UnwritableError"]
 
 class DiskFullError(UserError):
     """A write refused by the disk (no space, quota, file size limit): names the file being written."""
@@ -242,9 +243,12 @@ def remove_leftovers(folder: str | Path, recursive: bool = True, locked: bool = 
     return removed
 
 
-# The folders :func:`writable_folder` made in this process (absolute): a command refused before it writes
-# anything removes them again (:func:`remove_made_folders`), so that bad input leaves nothing behind.
-_MADE: set[Path] = set()
+# The folders :func:`writable_folder` made in this process that no command has taken yet, absolute path ->
+# (st_dev, st_ino) of the folder made: a command refused before it writes anything removes them again
+# (:func:`remove_made_folders`), so that bad input leaves nothing behind; a command's lock taken or released
+# forgets them (:func:`forget_made_folders`), so that a later command of the process (a Python session) never
+# removes a folder an earlier one made, nor one of the same name that another process made meanwhile.
+_MADE: dict[Path, tuple[int, int]] = {}
 
 
 def writable_folder(path: str | Path, what: str = "output folder") -> Path:
@@ -257,7 +261,9 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     missing = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
     try:
         path.mkdir(parents=True, exist_ok=True)
-        _MADE.update(missing)
+        for folder in missing:
+            if (made := _folder_identity(folder)) is not None:
+                _MADE[folder] = made
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as err:
@@ -266,19 +272,40 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     return path
 
 
+def _folder_identity(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the folder ``path`` itself (not of a link's target); ``None`` where it is none."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None
+
+
 def remove_made_folders(path: str | Path) -> None:
-    """Remove ``path`` and then each folder above it, as long as :func:`writable_folder` made it in this process
-    and it is empty: a command refused after it made its output folder (another command holds a folder
-    around it, :mod:`pointgeope.lock_nesting`) leaves no empty folder behind. A folder that another process
-    has written into meanwhile is not empty, and stays."""
-    for folder in (absolute := Path(os.path.abspath(path)), *absolute.parents):
-        if folder not in _MADE:
-            return
-        try:
-            folder.rmdir()
-        except OSError:  # not empty (or gone): nor is any folder above it ours to remove
-            return
-        _MADE.discard(folder)
+    """Remove ``path`` and then each folder above it, as long as :func:`writable_folder` made that very folder
+    (the same inode) for the command now refused and it is empty: a command refused after it made its output
+    folder (another command holds a folder around it, :mod:`pointgeope.lock_nesting`) leaves no empty folder
+    behind. A folder that another process has written into meanwhile is not empty, and stays; the records of
+    the folders around ``path`` are forgotten (:func:`forget_made_folders`)."""
+    try:
+        for folder in (absolute := Path(os.path.abspath(path)), *absolute.parents):
+            made = _MADE.pop(folder, None)
+            if made is None or _folder_identity(folder) != made:
+                return  # not ours: nor is any folder above it ours to remove
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or gone)
+                return
+    finally:
+        forget_made_folders(path)
+
+
+def forget_made_folders(path: str | Path) -> None:
+    """Forget the folders :func:`writable_folder` made at ``path``, above it and below it: a command holds (or
+    held) ``path`` (:func:`pointgeope.lock.folder_lock`), and no later command of this process removes them."""
+    absolute = Path(os.path.abspath(path))
+    for folder in [f for f in _MADE if f == absolute or f in absolute.parents or absolute in f.parents]:
+        del _MADE[folder]
 
 
 def check_folder_path(path: str | Path, what: str = "output folder") -> None:

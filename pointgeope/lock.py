@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pointgeope import json_text
-from pointgeope.atomic import remove_made_folders, writable_folder
+from pointgeope.atomic import forget_made_folders, remove_made_folders, writable_folder
 from pointgeope.errors import UserError
 
 try:
@@ -311,9 +311,11 @@ def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> It
             _release(fds, path)
             remove_made_folders(folder)
             raise
+        forget_made_folders(folder)  # taken: no later command of this process removes the folders made for it
         yield path
     finally:
         _release(fds, path)
+        forget_made_folders(folder)  # with those made inside it meanwhile (evaluate's RUN/area_K/predictions)
 
 
 @contextlib.contextmanager

@@ -229,3 +229,34 @@ def test_a_report_into_a_run_that_ablate_holds_says_what_to_do_and_leaves_no_fol
     assert done.stderr.startswith(f"pointgeope report: error: {run / 'report'} lies inside {run}, which pid ")
     assert f"; give an output folder outside {run}, or wait for that command to end" in done.stderr
     assert not (run / "report").exists()
+
+
+def test_a_refusal_removes_no_folder_an_earlier_command_of_the_process_made(tmp_path, holder):
+    """A Python session: ``folder_lock(RUN/mid/a)`` granted made ``RUN/mid``; emptied, it is the user's now. A later
+    command refused inside a held ``RUN`` removes the folder it made itself (``RUN/mid/b``), never ``RUN/mid``."""
+    run = tmp_path / "run"
+    with folder_lock(run / "mid" / "a"):
+        pass
+    (run / "mid" / "a").rmdir()
+    holder(run)
+    with pytest.raises(LockError, match="lies inside"):
+        with folder_lock(run / "mid" / "b"):
+            pass
+    assert (run / "mid").is_dir() and not any((run / "mid").iterdir())
+
+
+def test_a_refusal_removes_no_folder_another_process_made_in_the_place_of_its_own(tmp_path, holder):
+    """``writable_folder(RUN/x/out)`` made ``RUN/x``; another process moved it aside and made a new ``RUN/x``: the
+    refused command removes its ``RUN/x/out``, not the other's ``RUN/x`` (same name, another folder)."""
+    from pointgeope.atomic import writable_folder
+
+    run = tmp_path / "run"
+    run.mkdir()
+    writable_folder(run / "x" / "out")
+    (run / "x").rename(tmp_path / "aside")
+    (run / "x").mkdir()
+    holder(run)
+    with pytest.raises(LockError, match="lies inside"):
+        with folder_lock(run / "x" / "out"):
+            pass
+    assert (run / "x").is_dir() and not (run / "x" / "out").exists()

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 
+from pointgeope.model.small_batch import one_cloud_points
+
 __all__ = ["PTV1_STAGES", "PTV3_STAGES", "batch_norm_problem", "one_cloud_batches", "ptv1_batch_norm_problem",
            "small_batch_advice"]
 
@@ -52,7 +54,7 @@ def ptv1_batch_norm_problem(data, strides, per_rank: int) -> str | None:
     every step (``max(1, n // prod(strides))``), which batch norm cannot normalise; ``None`` otherwise."""
     if data.voxel_max is None or not one_cloud_batches(data, per_rank):
         return None
-    clouds, need = (1 if per_rank == 1 else 2), 2 * math.prod(strides)
+    clouds, need = (1 if per_rank == 1 else 2), one_cloud_points(strides)
     if clouds * data.voxel_max >= need:
         return None
     how = ("1 sample per process" if clouds == 1 else

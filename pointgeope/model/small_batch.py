@@ -20,7 +20,7 @@ import math
 
 from pointgeope.errors import UserError
 
-__all__ = ["SmallBatchError", "check_stage_rows"]
+__all__ = ["SmallBatchError", "check_stage_rows", "one_cloud_points"]
 
 
 class SmallBatchError(UserError, ValueError):
@@ -33,13 +33,19 @@ class SmallBatchError(UserError, ValueError):
         self.fact = fact
 
 
+def one_cloud_points(strides) -> int:
+    """The fewest points of a cloud that, alone in a training batch, keeps two rows at every stage of ``strides``:
+    ``2 * prod(strides)`` (its last stage keeps ``max(1, n // prod(strides))``)."""
+    return 2 * math.prod(strides)
+
+
 def check_stage_rows(rows: list[int], strides: tuple[int, ...], clouds: int) -> None:
     """:class:`SmallBatchError` unless every stage of a PTv1 training batch has two rows or more: ``rows`` the
     points of each stage (the hierarchy's shapes, no value read), ``clouds`` the batch's clouds."""
     for s, count in enumerate(rows):
         if count < 2:
             points = rows[0]
-            need = 2 * math.prod(strides)
+            need = one_cloud_points(strides)
             fact = (f"a training batch of {clouds} cloud{'s' * (clouds != 1)} of {points} "
                     f"point{'s' * (points != 1)} keeps {count} at stage {s + 1} (strides {tuple(strides)}: a cloud of "
                     f"n points keeps max(1, n // {math.prod(strides[:s + 1])}) there), and its batch norm needs two "
