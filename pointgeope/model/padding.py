@@ -91,13 +91,14 @@ def pad_hierarchy(h: PointHierarchy, sizes: Sequence[int]) -> PointHierarchy:
         raise ValueError(f"expected one padded size above each stage's rows {real}, got {tuple(sizes)}")
     extra = [big - n for big, n in zip(sizes, real, strict=True)]
     below = [0] + list(real[:-1])             # the first dummy row of stage s-1
-    return PointHierarchy(
+    padded = PointHierarchy(
         offsets=tuple(torch.cat([o, o.new_full((1,), big)]) for o, big in zip(h.offsets, sizes, strict=True)),
         samples=tuple(_extend(t, d, b) for t, d, b in zip(h.samples, extra, below, strict=True)),
         down=tuple(_extend(t, d, b) for t, d, b in zip(h.down, extra, below, strict=True)),
         neighbours=tuple(_extend(t, d, n) for t, d, n in zip(h.neighbours, extra, real, strict=True)),
         up=tuple(_extend(t, d, n) for t, d, n in zip(h.up, extra[:-1], real[1:], strict=True)),
         up_dist2=tuple(_extend(t, d, 1.0) for t, d in zip(h.up_dist2, extra[:-1], strict=True)))
+    return padded.as_built() if h.built else padded
 
 
 def row_prefixes(real: Sequence[int], sizes: Sequence[int], neighbours: Sequence[int]) -> dict[int, int]:

@@ -4,6 +4,7 @@ point, and a NaN distance or coordinate made the logits NaN, without a word."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 import torch
@@ -67,9 +68,21 @@ def test_shapes_are_named_on_any_device(case):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2.0 ** 61])
 def test_coordinates_with_a_hierarchy_are_checked_as_without(case, bad):
-    """Without a hierarchy the spec refuses them as it builds one; with one they reached the network unchecked."""
+    """Without a hierarchy the spec refuses them as it builds one; with one made elsewhere (a copy without the
+    spec's mark) they reached the network unchecked."""
     net, coord, feat, h = case
     coord = coord.clone()
     coord[7, 1] = bad
     with pytest.raises(ValueError, match=r"expected (finite coord|coord within \+-2\^60).* \(the first in row 7"):
-        net(coord, feat, [5, 12], hierarchy=h)
+        net(coord, feat, [5, 12], hierarchy=dataclasses.replace(h))
+
+
+def test_the_specs_mark_follows_moves_and_pickles_but_not_hand_copies(case):
+    """The loader's hierarchy crosses a process (pickle) and moves (``to``, ``pin_memory``): it keeps ``built``, so
+    a training step reads none of its values; a copy made by hand is checked."""
+    net, coord, feat, h = case
+    assert h.built and h.to("cpu").built and pickle.loads(pickle.dumps(h)).built
+    assert not dataclasses.replace(h).built
+    bad = dataclasses.replace(h, neighbours=(h.neighbours[0] - 100,) + h.neighbours[1:])
+    with pytest.raises(ValueError, match=r"expected hierarchy.neighbours\[0\] rows in \[0, 12\), got 48 outside"):
+        net(coord, feat, [5, 12], hierarchy=bad)

@@ -63,10 +63,24 @@ class PointHierarchy:
     def stages(self) -> int:
         return len(self.offsets)
 
+    @property
+    def built(self) -> bool:
+        """Made by :class:`HierarchySpec`, or from such a one by :meth:`apply` (``to``, ``pin_memory``) or
+        ``padding.pad_hierarchy``: right by construction, so ``ops.hierarchy_check`` reads none of its values (a
+        training step reads only its loss on the host). A pickled copy (a loader worker's) keeps the mark; one
+        made by the constructor or ``dataclasses.replace`` has none."""
+        return self.__dict__.get("_built", False)
+
+    def as_built(self) -> PointHierarchy:
+        """This hierarchy, marked :attr:`built` (for its makers only)."""
+        object.__setattr__(self, "_built", True)
+        return self
+
     def apply(self, fn) -> PointHierarchy:
-        """A new hierarchy with ``fn`` applied to every tensor."""
-        return PointHierarchy(**{f.name: tuple(None if t is None else fn(t) for t in getattr(self, f.name))
-                                 for f in fields(self)})
+        """A new hierarchy with ``fn`` applied to every tensor (:attr:`built` if this one is)."""
+        out = PointHierarchy(**{f.name: tuple(None if t is None else fn(t) for t in getattr(self, f.name))
+                                for f in fields(self)})
+        return out.as_built() if self.built else out
 
     def to(self, device=None, non_blocking: bool = False) -> PointHierarchy:
         return self.apply(lambda t: t.to(device=device, non_blocking=non_blocking))
@@ -145,7 +159,7 @@ class HierarchySpec:
         up = [self._up(s, coords, offsets, samples, near) for s in range(len(coords) - 1)]
         device_offsets = tuple(torch.tensor(o, dtype=torch.long).to(coord.device) for o in offsets)
         return PointHierarchy(device_offsets, tuple(samples), tuple(down), tuple(neighbours),
-                              tuple(idx for idx, _ in up), tuple(dist2 for _, dist2 in up))
+                              tuple(idx for idx, _ in up), tuple(dist2 for _, dist2 in up)).as_built()
 
     def _up(self, s: int, coords: list[Tensor], offsets: list[list[int]], samples: list[Tensor | None],
             near: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:

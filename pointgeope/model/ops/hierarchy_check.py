@@ -13,13 +13,15 @@ For stages ``s`` of ``N_s`` points (``N_0 = N``, the rows of ``coord``; the modu
     up_dist2[s]       (N_s, 3)       finite, >= 0
 
 The shapes are checked on every call (attributes: no value is read). The values are checked where reading them
-costs no synchronisation, tensors on the CPU, or when the caller asks (``values=True``, the network's
-``check_finite``): a negative index would wrap to another point and an index past the end read another stage's
-memory or stop a GPU with a device assert, a NaN distance or coordinate turn every logit of its cloud into NaN,
-all without a word. ``coord`` is checked by the point ops' rule (``check_coordinates``: finite, within
-``+-2^60``), as ``HierarchySpec`` checks it when it builds the hierarchy itself. A hierarchy built by
-``HierarchySpec`` passes by construction; one built by hand or loaded from elsewhere is what this is for. That
-each row's neighbours lie in its own cloud is not checked (it would take a pass over every index).
+costs no synchronisation, tensors on the CPU, unless ``HierarchySpec`` made the hierarchy
+(``PointHierarchy.built``: the loader's and the padded ones, so a CPU training step reads on the host what a GPU
+step reads, its loss only), and whenever the caller asks (``values=True``, the network's ``check_finite``): a
+negative index would wrap to another point and an index past the end read another stage's memory or stop a GPU
+with a device assert, a NaN distance or coordinate turn every logit of its cloud into NaN, all without a word.
+``coord`` is checked by the point ops' rule (``check_coordinates``: finite, within ``+-2^60``), as
+``HierarchySpec`` checks it when it builds the hierarchy itself. A hierarchy built by ``HierarchySpec`` is right
+by construction; one built by hand or loaded from elsewhere is what this is for. That each row's neighbours lie
+in its own cloud is not checked (it would take a pass over every index).
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ def check_hierarchy(hierarchy, coord: Tensor, strides: tuple[int, ...], values: 
             _shape(f"up[{s}]", hierarchy.up[s], (n, 3))
             _shape(f"up_dist2[{s}]", hierarchy.up_dist2[s], (n, 3), floating=True)
             tensors.append((f"up[{s}]", hierarchy.up[s], sizes[s + 2]))
-    if not (values or coord.device.type == "cpu" and all(t.device.type == "cpu" for _, t, _ in tensors)):
+    on_cpu = coord.device.type == "cpu" and all(t.device.type == "cpu" for _, t, _ in tensors)
+    if not (values or on_cpu and not hierarchy.built):
         return
     check_coordinates("coord", coord)
     for s, dist2 in enumerate(hierarchy.up_dist2):
