@@ -124,9 +124,8 @@ def count(presets: list[str], points: int, clouds: int, what: str = "step", amp:
     optimiser's momentum buffers and what the kernels keep from call to call: the norm's zeroed tickets,
     ``norm_tickets``)."""
     out = {}
-    autocast = cuda_autocast() if amp != "none" else contextlib.nullcontext()
     for preset in presets:
-        with autocast:
+        with cuda_autocast() if amp != "none" else contextlib.nullcontext():     # a context a preset: not re-entrant
             if what == "step":
                 step, model, optimizer = preset_step(preset, points, clouds, amp)
                 with cuda_choices():
