@@ -196,3 +196,33 @@ def test_a_test_forward_counts_one_launch_a_norm_and_a_linear_as_under_no_grad(l
     assert counts["inference_mode"] == counts["no_grad"]
     with torch.no_grad():
         torch.testing.assert_close(want, model(coord, feat, offset, hierarchy=hierarchy), rtol=1e-5, atol=1e-5)
+
+
+def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, monkeypatch):
+    """``count(..., what="test", amp="bf16")`` over two presets (tiny networks in place of PointTransformerSeg50):
+    both counted, each forward under bf16 autocast on the CPU as on CUDA (every Linear's weight cast: a
+    ``_to_copy`` launch each, and the logits made float32 after the model), float32 without it."""
+    from pointgeope.engine.config import Config, EvalConfig
+    from pointgeope.engine.vote_batches import VoteSink
+
+    def tiny_test(preset, points, clouds, amp):
+        from types import SimpleNamespace
+
+        model, coord, feat, offset, hierarchy = _tiny_eval(preset)
+        sink = VoteSink(model, None, None, Config(eval=EvalConfig(amp=amp)), torch.device("cpu"))
+        batch = SimpleNamespace(pos=coord, x=feat, offset=offset, hierarchy=hierarchy, grid_coord=None)
+
+        def forward():
+            with torch.inference_mode():
+                return sink._forward(batch)
+        return forward, model
+    monkeypatch.setattr(launch_count, "preset_test", tiny_test)
+    linears = sum(isinstance(m, torch.nn.Linear) for m in _tiny_eval()[0].modules())
+    bf16 = launch_count.count(["rpe", "geope"], 0, 0, what="test", amp="bf16")
+    plain = launch_count.count(["rpe"], 0, 0, what="test", amp="none")
+    assert set(bf16) == {"rpe", "geope"}
+    for counts in bf16.values():
+        assert counts["ops_by_place"]["forward"]["Linear"]["_to_copy"] >= linears
+        assert counts["by_phase"]["output"] == 1                     # the logits' float()
+    assert "_to_copy" not in plain["rpe"]["ops_by_place"]["forward"]["Linear"]
+    assert plain["rpe"]["by_phase"]["output"] == 0
