@@ -25,7 +25,8 @@ The mean and variance are combined by Chan's formula (count ``n``, mean ``m``, c
     n = n_a + n_b     d = m_b - m_a     m = m_a + d n_b / n     M2 = M2_a + M2_b + d^2 n_a n_b / n
 
 so no ``E[x^2] - E[x]^2`` cancels. The statistics live in one ``(5, C)`` buffer: rows mean, invstd, scale,
-shift and the unbiased variance ``M2 / (R - 1)`` (for the running variance). The running buffers change in
+shift and the unbiased variance ``M2 / (R - 1)`` (for the running variance); in eval (the running buffers the
+statistics) :func:`normalize` alone makes and stores them, the forward's one launch. The running buffers change in
 the last launch (:func:`normalize`, its first row block; so does the module's batch count), so a kernel that
 fails to compile or launch leaves them for the torch path that replaces it.
 
