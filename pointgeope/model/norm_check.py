@@ -51,8 +51,9 @@ def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> li
     for dtype, tol, prefix, evaluated in ((torch.float32, 1e-4, None, False), (torch.bfloat16, 2e-2, None, False),
                                           (torch.float32, 1e-4, None, True), (torch.bfloat16, 2e-2, None, True),
                                           (torch.float32, 1e-4, valid, False)):
-        def run(fn, xd=x.to(dtype), v=prefix, buffers=running if evaluated else (None, None), batch=not evaluated):  # noqa: B008
-            # this iteration's input and buffers, bound when run is made
+        # this iteration's input, buffers and mode, bound when run is made
+        def run(fn, xd=x.to(dtype), v=prefix, buffers=running if evaluated else (None, None),  # noqa: B008
+                batch=not evaluated):
             return _grads(lambda a, wt, bs: fn(a, wt, bs, *buffers, batch, 0.1, 1e-5, v), [xd, w, b])
         label = f"fwd+bwd {str(dtype)[6:]}" + ("" if prefix is None else " padded") + (" eval" if evaluated else "")
         cases.append(kernels.CheckCase(label, lambda r=run: r(lambda *a: kernel(device, *a)),
