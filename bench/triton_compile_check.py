@@ -19,7 +19,8 @@ width 64, bfloat16; their spills recorded, not refused: see ``gather_sweep_cases
 default ``enable_fp_fusion`` and promise no rounding per operation, so fused multiply-adds are counted, not
 refused. Batch norm with its ReLU: the four kernels of ``norm.py`` at its tiles for widths 3, 8, 16, 32, 64
 (every tile of the recipe's norms, whose widths 4..512 share them), float32 and bfloat16 rows, training (batch
-statistics, running buffers updated), and at width 64 eval and float64 (fused multiply-adds counted too); the
+statistics, running buffers updated), and at width 64 eval (the one launch forward: ``normalize`` on the running
+buffers) and float64 (fused multiply-adds counted too); the
 plain norm (no ReLU) at the same settings, the three kernels that take the activation's flag. GeoPE's shift
 tables (``triton_rotation``): ``shifted`` (``apply_shifted``: float32, bfloat16 and float64 features, with and
 without ``minus``, ``R`` and ``R^T``) and ``tables``, float32 and float64, at ``shifted_kernel``'s tiles (their
@@ -153,13 +154,14 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
 
 def norm_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
     """The four kernels of batch norm with its ReLU at ``norm.tiles`` for each width (float32 and bfloat16 rows,
-    training), and at width 64 also eval and float64 (quick: width 64, bfloat16, training); and the three that
+    training), and at width 64 also eval (``normalize`` on the running buffers, ``grad_input``) and float64 (quick:
+    width 64, bfloat16, training and eval); and the three that
     take the activation's flag (``RELU``) without it, the plain norm's, at the same settings (``_plain``)."""
     out = []
     for width in (64,) if quick else (3, 8, 16, 32, 64):
         for t in ("bf16",) if quick else ("fp32", "bf16") + (("fp64",) if width == 64 else ()):
             for relu in (True, False):
-                for batch in (True,) if quick or width != 64 or t == "fp64" else (True, False):
+                for batch in (True,) if width != 64 or t == "fp64" else (True, False):
                     out += [case for case in _norm_at(width, t, batch, relu=relu) if relu or "RELU" in case[3]]
                 out += [case for case in _norm_at(width, t, True, prefix=True, relu=relu)    # reading the count
                         if case[1].fn.__name__ in (("statistics", "grad_input") if relu else ("grad_input",))]
@@ -203,15 +205,15 @@ def _norm_at(width: int, t: str, batch: bool, prefix: bool = False,
                valid_ptr="*i64", count_ptr="*i64", ticket_ptr="*i32", R="i32", C="i32", ROWS="i32", T="i32",
                eps="fp32", momentum="fp32")
     rows = dict(BLOCK_R=block_r, BLOCK_C=block_c)
-    kernels = [("statistics", dict(rows, BLOCK_T=block_t, BATCH=batch, PREFIX=prefix)),
-               ("normalize", dict(rows, UPDATE=batch, COUNT=batch, RELU=relu)),
+    kernels = [("statistics", dict(rows, BLOCK_T=block_t, PREFIX=prefix)),
+               ("normalize", dict(rows, RUNNING=not batch, UPDATE=batch, COUNT=batch, RELU=relu)),
                ("grad_sums", dict(rows, BLOCK_T=block_t, RELU=relu)),
                ("grad_input", dict(rows, BATCH=batch, PREFIX=prefix, RELU=relu))]
     options = dict(FUSED, num_warps=norm.WARPS)
     mode = (("prefix" if prefix else "train") if batch else "eval") + ("" if relu else "_plain")
     return [(f"norm_{name}_{t}_{mode}_tile{block_r}_{block_c}", getattr(triton_norm, name),
              sig, dict(meta, F64=f64), options) for name, meta in kernels
-            if batch or name in ("statistics", "normalize", "grad_input")]
+            if batch or name in ("normalize", "grad_input")]       # eval: normalize alone forward
 
 
 def _gather_at(k: int, width: int, t: str, sig: dict, f64: bool, setting: dict | None = None,

@@ -9,10 +9,12 @@ Point Transformer's ``Linear-BN-ReLU`` runs over ``(N, C)`` point rows and, in t
 (without ``max(0, .)`` for :class:`BatchNorm`: the PTv1 block's third norm, whose ReLU follows the residual
 add) with the batch's mean and biased variance in training (the running buffers move by ``momentum`` towards
 the mean and the unbiased variance, as torch's) and the running ones in eval. On the Triton path
-(``triton_norm.py``) that is two launches forward and two backward, statistics and sums in float32
-(float64 for float64 inputs) whatever the input's type, reduced in a fixed order without float atomics
-(deterministic; an int32 ticket, :mod:`~pointgeope.model.norm_tickets`, picks the program that finishes); a bf16
-input is read as bf16 (torch's bf16 batch norm was slower than its float32 one on an H200, ``docs/gpu.md``).
+(``triton_norm.py``) that is two launches forward in training (the statistics, then the normalisation), one in
+eval (the normalisation makes its scale and shift from the running buffers: the bits of the two launches it
+replaced) and two backward, statistics and sums in float32 (float64 for float64 inputs) whatever the input's
+type, reduced in a fixed order without float atomics (deterministic; an int32 ticket,
+:mod:`~pointgeope.model.norm_tickets`, picks the program that finishes); a bf16 input is read as bf16 (torch's
+bf16 batch norm was slower than its float32 one on an H200, ``docs/gpu.md``).
 
 **Same module, same checkpoints.** Both subclass ``nn.BatchNorm1d``: the same
 parameters and buffers (``weight``, ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked``),
@@ -128,21 +130,20 @@ def reference(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | No
                                        count))
 
 
-def _statistics(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
-                batch_stats: bool, eps: float, acc: torch.dtype, valid: Tensor | None = None) -> Tensor:
+def _statistics(x: Tensor, weight: Tensor, bias: Tensor, eps: float, acc: torch.dtype,
+                valid: Tensor | None = None) -> Tensor:
     """The ``(5, C)`` statistics (``triton_norm``: mean, invstd, scale, shift, unbiased variance) of the
-    batch's rows (the first ``valid`` of them where given), or of the running buffers."""
+    batch's rows (the first ``valid`` of them where given): training's first launch."""
     (r, c), f64 = x.shape, acc == torch.float64
     block_r, block_c, block_t = tiles(c, f64)
-    rows, t = partition(r, block_r) if batch_stats else (r, 1)
+    rows, t = partition(r, block_r)
     blocks, dev = -(-c // block_c), x.device
     stats = torch.empty(5, c, dtype=acc, device=dev)
-    partials = torch.empty(2, t, c, dtype=acc, device=dev) if batch_stats else stats[:2]
+    partials = torch.empty(2, t, c, dtype=acc, device=dev)
     with norm_tickets.taken(dev, blocks) as ticket:
-        _launch(triton_kernels().statistics, (t, blocks), x, partials[0], partials[1], weight, bias,
-                stats if running_mean is None else running_mean, stats if running_var is None else running_var, stats,
-                _count(valid, stats), ticket, r, c, t, rows, eps, BATCH=batch_stats, PREFIX=valid is not None,
-                F64=f64, BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
+        _launch(triton_kernels().statistics, (t, blocks), x, partials[0], partials[1], weight, bias, stats,
+                _count(valid, stats), ticket, r, c, t, rows, eps, PREFIX=valid is not None, F64=f64,
+                BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
     return stats
 
 
@@ -167,15 +168,18 @@ class _FusedBatchNorm(torch.autograd.Function):
                 valid: Tensor | None, relu: bool, count: Tensor | None = None) -> Tensor:
         x = x.contiguous()
         (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
-        stats = _statistics(x, weight, bias, running_mean, running_var, batch_stats, eps,
-                            torch.float64 if f64 else torch.float32, valid)
+        acc = torch.float64 if f64 else torch.float32
+        # eval: no statistics launch, normalize makes them from the running buffers (and stores them)
+        stats = _statistics(x, weight, bias, eps, acc, valid) if batch_stats else torch.empty(5, c, dtype=acc,
+                                                                                               device=x.device)
         update = batch_stats and running_mean is not None
         block_r, block_c, _ = tiles(c, f64)
         y = torch.empty_like(x)
         _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y,
-                running_mean if update else stats, running_var if update else stats, stats if count is None else count,
-                r, c, momentum, UPDATE=update, COUNT=count is not None, RELU=relu, F64=f64, BLOCK_R=block_r,
-                BLOCK_C=block_c, device=x.device)
+                running_mean if update or not batch_stats else stats,
+                running_var if update or not batch_stats else stats, stats if count is None else count, weight, bias,
+                r, c, momentum, eps, RUNNING=not batch_stats, UPDATE=update, COUNT=count is not None, RELU=relu,
+                F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
         ctx.save_for_backward(x, weight, bias, stats, valid)
         ctx.batch_stats, ctx.eps, ctx.relu = batch_stats, eps, relu
         return y

@@ -1,7 +1,8 @@
 """``pointgeope info --check`` of the batch norm kernels (:mod:`pointgeope.model.kernel_check`): the Triton
-op against torch's, training mode, forward and backward, float32 and bfloat16, and float32 in a padded batch
-(``padded``: the statistics of the first ``valid`` rows, the last 1/32 dummy, as a CUDA graph's step runs both
-norms, against the torch ops' prefix statistics).
+op against torch's, training mode, forward and backward, float32 and bfloat16; eval mode (``eval``: the running
+buffers, the forward's one launch that makes its scale and shift from them, as the test of a trained model runs),
+float32 and bfloat16; and float32 in a padded batch (``padded``: the statistics of the first ``valid`` rows, the
+last 1/32 dummy, as a CUDA graph's step runs both norms, against the torch ops' prefix statistics).
 
 :data:`~pointgeope.model.norm.KERNEL` (with its ReLU) is checked on the pair MLP's first norm
 (``pairs x 16`` rows of width 64), :data:`~pointgeope.model.norm.PLAIN_KERNEL` on a block's third norm
@@ -46,10 +47,15 @@ def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> li
             f"rows={rows} width={width}, relative"
     cases = []
     valid = torch.tensor(rows - rows // 32, device=device)       # a padded batch: the last 1/32 rows dummy
-    for dtype, tol, prefix in ((torch.float32, 1e-4, None), (torch.bfloat16, 2e-2, None), (torch.float32, 1e-4, valid)):
-        def run(fn, xd=x.to(dtype), v=prefix):  # noqa: B008 - this iteration's input, bound when run is made
-            return _grads(lambda a, wt, bs: fn(a, wt, bs, None, None, True, 0.1, 1e-5, v), [xd, w, b])
-        label = f"fwd+bwd {str(dtype)[6:]}" + ("" if prefix is None else " padded")
+    running = (x.mean(0), x.var(0, unbiased=False))             # eval: the rows' own statistics, the margin kept
+    for dtype, tol, prefix, evaluated in ((torch.float32, 1e-4, None, False), (torch.bfloat16, 2e-2, None, False),
+                                          (torch.float32, 1e-4, None, True), (torch.bfloat16, 2e-2, None, True),
+                                          (torch.float32, 1e-4, valid, False)):
+        # this iteration's input, buffers and mode, bound when run is made
+        def run(fn, xd=x.to(dtype), v=prefix, buffers=running if evaluated else (None, None),  # noqa: B008
+                batch=not evaluated):
+            return _grads(lambda a, wt, bs: fn(a, wt, bs, *buffers, batch, 0.1, 1e-5, v), [xd, w, b])
+        label = f"fwd+bwd {str(dtype)[6:]}" + ("" if prefix is None else " padded") + (" eval" if evaluated else "")
         cases.append(kernels.CheckCase(label, lambda r=run: r(lambda *a: kernel(device, *a)),
                                        lambda r=run: r(kernel.torch), compare, tol))
     return cases

@@ -25,7 +25,8 @@ The mean and variance are combined by Chan's formula (count ``n``, mean ``m``, c
     n = n_a + n_b     d = m_b - m_a     m = m_a + d n_b / n     M2 = M2_a + M2_b + d^2 n_a n_b / n
 
 so no ``E[x^2] - E[x]^2`` cancels. The statistics live in one ``(5, C)`` buffer: rows mean, invstd, scale,
-shift and the unbiased variance ``M2 / (R - 1)`` (for the running variance). The running buffers change in
+shift and the unbiased variance ``M2 / (R - 1)`` (for the running variance); in eval (the running buffers the
+statistics) :func:`normalize` alone makes and stores them, the forward's one launch. The running buffers change in
 the last launch (:func:`normalize`, its first row block; so does the module's batch count), so a kernel that
 fails to compile or launch leaves them for the torch path that replaces it.
 
@@ -129,12 +130,18 @@ def _finish_stats(mean_ptr, m2_ptr, counted, cols, cmask, C, T, steps, ROWS, F64
 
 
 @triton.jit
-def _store_stats(stat_ptr, w_ptr, b_ptr, mean, var, unbiased, eps, cols, cmask, C, F64: tl.constexpr):
-    """The ``(5, C)`` statistics of channels ``cols`` (module docstring) from their mean and variances."""
+def _affine(w_ptr, b_ptr, mean, var, eps, cols, cmask, F64: tl.constexpr):
+    """(invstd, scale, shift) of channels ``cols`` from their mean and (biased) variance (module docstring)."""
     acc = tl.float64 if F64 else tl.float32
     invstd = 1.0 / tl.sqrt(var + eps)
     scale = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(acc) * invstd
     shift = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(acc) - mean * scale
+    return invstd, scale, shift
+
+
+@triton.jit
+def _store_stats(stat_ptr, mean, invstd, scale, shift, unbiased, cols, cmask, C):
+    """The ``(5, C)`` statistics of channels ``cols`` (module docstring)."""
     tl.store(stat_ptr + cols, mean, mask=cmask)
     tl.store(stat_ptr + C + cols, invstd, mask=cmask)
     tl.store(stat_ptr + 2 * C + cols, scale, mask=cmask)
@@ -143,46 +150,54 @@ def _store_stats(stat_ptr, w_ptr, b_ptr, mean, var, unbiased, eps, cols, cmask, 
 
 
 @triton.jit
-def statistics(x_ptr, mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, valid_ptr, ticket_ptr, R, C, T,
-               ROWS, eps, BATCH: tl.constexpr, PREFIX: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr,
-               BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Program (t, b), channels ``b BLOCK_C + [0, BLOCK_C)``: with ``BATCH`` (grid ``(T, B)``) its partial row
-    ``t`` (:func:`_partial_stats`; with ``PREFIX`` of the rows before ``*valid_ptr`` only, else of all ``R``),
-    and the last program of the channel block to store its partial (:func:`_last`) reduces the ``T`` partials
-    into the ``(5, C)`` statistics; without (grid ``(1, B)``) the statistics of the running buffers."""
-    acc = tl.float64 if F64 else tl.float32
+def statistics(x_ptr, mean_ptr, m2_ptr, w_ptr, b_ptr, stat_ptr, valid_ptr, ticket_ptr, R, C, T, ROWS, eps,
+               PREFIX: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr,
+               BLOCK_C: tl.constexpr):
+    """Program (t, b) of grid ``(T, B)``, channels ``b BLOCK_C + [0, BLOCK_C)``: its partial row ``t``
+    (:func:`_partial_stats`; with ``PREFIX`` of the rows before ``*valid_ptr`` only, else of all ``R``), and the
+    last program of the channel block to store its partial (:func:`_last`) reduces the ``T`` partials into the
+    ``(5, C)`` statistics. Training only: in eval :func:`normalize` takes the running buffers itself."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
-    if BATCH:
-        counted = R
-        if PREFIX:      # int32 as R (an int64 count made the reduction's tile int64: a spill in Triton 3.6)
-            counted = tl.load(valid_ptr).to(tl.int32)
-        _partial_stats(x_ptr, mean_ptr, m2_ptr, counted, cols, cmask, C, ROWS, F64, BLOCK_R, BLOCK_C)
-        last = _last(ticket_ptr, T)     # the reduction's steps and stores in the last program only
-        mean, var, unbiased = _finish_stats(mean_ptr, m2_ptr, counted, cols, cmask, C, T, tl.where(last, T, 0),
-                                            ROWS, F64, BLOCK_T, BLOCK_C)
-        _store_stats(stat_ptr, w_ptr, b_ptr, mean, var, unbiased, eps, cols, cols < tl.where(last, C, 0), C, F64)
-    else:
-        mean = tl.load(rm_ptr + cols, mask=cmask, other=0.0).to(acc)
-        var = tl.load(rv_ptr + cols, mask=cmask, other=1.0).to(acc)
-        _store_stats(stat_ptr, w_ptr, b_ptr, mean, var, var, eps, cols, cmask, C, F64)
+    counted = R
+    if PREFIX:      # int32 as R (an int64 count made the reduction's tile int64: a spill in Triton 3.6)
+        counted = tl.load(valid_ptr).to(tl.int32)
+    _partial_stats(x_ptr, mean_ptr, m2_ptr, counted, cols, cmask, C, ROWS, F64, BLOCK_R, BLOCK_C)
+    last = _last(ticket_ptr, T)     # the reduction's steps and stores in the last program only
+    mean, var, unbiased = _finish_stats(mean_ptr, m2_ptr, counted, cols, cmask, C, T, tl.where(last, T, 0),
+                                        ROWS, F64, BLOCK_T, BLOCK_C)
+    stored = cols < tl.where(last, C, 0)
+    invstd, scale, shift = _affine(w_ptr, b_ptr, mean, var, eps, cols, stored, F64)
+    _store_stats(stat_ptr, mean, invstd, scale, shift, unbiased, cols, stored, C)
 
 
 @triton.jit
-def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, count_ptr, R, C, momentum, UPDATE: tl.constexpr,
-              COUNT: tl.constexpr, RELU: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr,
-              BLOCK_C: tl.constexpr):
+def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, count_ptr, w_ptr, b_ptr, R, C, momentum, eps,
+              RUNNING: tl.constexpr, UPDATE: tl.constexpr, COUNT: tl.constexpr, RELU: tl.constexpr,
+              F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Program (r, b): ``y = max(0, x scale + shift)`` (``RELU``, else ``x scale + shift``) on its
-    ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s type; with ``UPDATE`` the programs of row block 0 also move the
-    running buffers by ``momentum`` towards the batch's mean and unbiased variance; with ``COUNT`` program (0, 0)
-    adds one to the int64 at ``count_ptr`` (the module's ``num_batches_tracked``: no launch of its own)."""
+    ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s type, ``scale`` and ``shift`` read from the ``(5, C)``
+    statistics (training: :func:`statistics` stored them), or with ``RUNNING`` (eval: the one launch of the
+    forward) made from the running buffers, ``weight``, ``bias`` and ``eps`` by every program (:func:`_affine`,
+    as :func:`statistics` makes them), the programs of row block 0 storing them in the ``(5, C)`` statistics
+    for the backward (the running variance as the unbiased row). With ``UPDATE`` the programs of row block 0 also
+    move the running buffers by ``momentum`` towards the batch's mean and unbiased variance; with ``COUNT``
+    program (0, 0) adds one to the int64 at ``count_ptr`` (the module's ``num_batches_tracked``: no launch of its
+    own)."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     mask = (rows < R)[:, None] & cmask[None, :]
-    scale = tl.load(stat_ptr + 2 * C + cols, mask=cmask, other=0.0)
-    shift = tl.load(stat_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    if RUNNING:
+        mean = tl.load(rm_ptr + cols, mask=cmask, other=0.0).to(acc)
+        var = tl.load(rv_ptr + cols, mask=cmask, other=1.0).to(acc)
+        invstd, scale, shift = _affine(w_ptr, b_ptr, mean, var, eps, cols, cmask, F64)
+        if tl.program_id(0) == 0:
+            _store_stats(stat_ptr, mean, invstd, scale, shift, var, cols, cmask, C)
+    else:
+        scale = tl.load(stat_ptr + 2 * C + cols, mask=cmask, other=0.0)
+        shift = tl.load(stat_ptr + 3 * C + cols, mask=cmask, other=0.0)
     offs = rows[:, None] * C + cols[None, :]
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
     y = x * scale[None, :] + shift[None, :]

@@ -146,3 +146,83 @@ def test_a_norms_forward_counts_its_batch_in_its_last_kernel(launch_count):
         module(x)
     assert dict(counter.ops) == {("forward", f"triton:{k}"): 1 for k in ("statistics", "normalize")}
     assert int(module.num_batches_tracked) == 1
+
+
+def _tiny_eval(pe: str = "rpe"):
+    """A tiny network in eval mode and one batch of two clouds with their hierarchy (as built beside the test)."""
+    from pointgeope.model import PointTransformerSeg
+
+    g = torch.Generator().manual_seed(0)
+    coord = torch.rand(200, 3, generator=g) * 3
+    feat, offset = torch.cat([torch.rand(200, 3, generator=g), coord], dim=1), torch.tensor([130, 200])
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe=pe, **TINY).eval()
+    return model, coord, feat, offset, model.hierarchy_spec(coord, offset)
+
+
+def test_a_test_forward_counts_one_launch_a_norm_and_a_linear_as_under_no_grad(launch_count):
+    """The test forward of a tiny network, as ``VoteSink`` runs it (``torch.inference_mode``, under which
+    ``linear``, ``reshape``, ``to`` and ``batch_norm`` reach the counter whole): every ``BatchNormReLU`` one launch
+    (``normalize`` on the running buffers), every ``Linear`` one (``addmm``, or ``mm`` without a bias), no view or
+    cast to the same type counted, the logits' ``float()`` nothing; the same count op by op as under
+    ``torch.no_grad``, where autograd's key decomposes them."""
+    from types import SimpleNamespace
+
+    from pointgeope.engine.config import Config
+    from pointgeope.engine.vote_batches import VoteSink
+    from pointgeope.model.norm import BatchNormReLU
+
+    model, coord, feat, offset, hierarchy = _tiny_eval()
+    sink = VoteSink(model, None, None, Config(), torch.device("cpu"))
+    batch = SimpleNamespace(pos=coord, x=feat, offset=offset, hierarchy=hierarchy, grid_coord=None)
+    counts = {}
+    for mode in (torch.inference_mode, torch.no_grad):
+        def forward(mode=mode):
+            with mode():
+                return sink._forward(batch)
+        with launch_count.cuda_choices():
+            want = forward()                                    # warm: the kernels' first call
+        counter = launch_count.count_forward(forward, model)
+        counts[mode.__name__] = dict(counter.ops)
+        norms = [name for name, m in model.named_modules() if isinstance(m, BatchNormReLU)]
+        linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+        assert [counter.where["forward", name] for name in norms] == [1] * len(norms)
+        assert counter.ops["forward", "triton:normalize"] == len(norms) and ("forward", "triton:statistics") \
+            not in counter.ops
+        assert {name: counter.where["forward", name] for name in linears} == {name: 1 for name in linears}
+        assert counter.ops["forward", "addmm"] == sum(m.bias is not None for m in linears.values())
+        assert not {op for _, op in counter.ops} & {"linear", "reshape", "to", "batch_norm", "_to_copy_host"}
+        assert counter.total("output") == 0
+    assert counts["inference_mode"] == counts["no_grad"]
+    with torch.no_grad():
+        torch.testing.assert_close(want, model(coord, feat, offset, hierarchy=hierarchy), rtol=1e-5, atol=1e-5)
+
+
+def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, monkeypatch):
+    """``count(..., what="test", amp="bf16")`` over two presets (tiny networks in place of PointTransformerSeg50):
+    both counted, each forward under bf16 autocast on the CPU as on CUDA (every Linear's weight cast: a
+    ``_to_copy`` launch each, and the logits made float32 after the model), float32 without it."""
+    from pointgeope.engine.config import Config, EvalConfig
+    from pointgeope.engine.vote_batches import VoteSink
+
+    def tiny_test(preset, points, clouds, amp):
+        from types import SimpleNamespace
+
+        model, coord, feat, offset, hierarchy = _tiny_eval(preset)
+        sink = VoteSink(model, None, None, Config(eval=EvalConfig(amp=amp)), torch.device("cpu"))
+        batch = SimpleNamespace(pos=coord, x=feat, offset=offset, hierarchy=hierarchy, grid_coord=None)
+
+        def forward():
+            with torch.inference_mode():
+                return sink._forward(batch)
+        return forward, model
+    monkeypatch.setattr(launch_count, "preset_test", tiny_test)
+    linears = sum(isinstance(m, torch.nn.Linear) for m in _tiny_eval()[0].modules())
+    bf16 = launch_count.count(["rpe", "geope"], 0, 0, what="test", amp="bf16")
+    plain = launch_count.count(["rpe"], 0, 0, what="test", amp="none")
+    assert set(bf16) == {"rpe", "geope"}
+    for counts in bf16.values():
+        assert counts["ops_by_place"]["forward"]["Linear"]["_to_copy"] >= linears
+        assert counts["by_phase"]["output"] == 1                     # the logits' float()
+    assert "_to_copy" not in plain["rpe"]["ops_by_place"]["forward"]["Linear"]
+    assert plain["rpe"]["by_phase"]["output"] == 0

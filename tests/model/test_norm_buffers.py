@@ -68,8 +68,8 @@ def test_statistics_stores_every_row_of_every_channel(interpreted, channels, par
     eps = 1e-5
     with norm_tickets.taken(x.device, -(-channels // block_c)) as tickets:
         norm._launch(norm.triton_kernels().statistics, (partials, -(-channels // block_c)), x, scratch[0], scratch[1],
-                     w, b, stats, stats, stats, stats, tickets, rows, channels, partials, per, eps, BATCH=True,
-                     PREFIX=False, F64=f64, BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=x.device)
+                     w, b, stats, stats, tickets, rows, channels, partials, per, eps, PREFIX=False, F64=f64,
+                     BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=x.device)
     assert not stats.isnan().any()
     x64 = x.double()
     mean, var = x64.mean(0), x64.var(0, unbiased=False)

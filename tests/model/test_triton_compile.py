@@ -24,7 +24,8 @@ KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "li
 NORM_KINDS = {f"norm_{kernel}_bf16_train" for kernel in ("statistics", "normalize", "grad_sums", "grad_input")} \
     | {f"norm_{kernel}_bf16_prefix" for kernel in ("statistics", "grad_input")} \
     | {f"norm_{kernel}_bf16_train_plain" for kernel in ("normalize", "grad_sums", "grad_input")} \
-    | {"norm_grad_input_bf16_prefix_plain"}     # the plain norm's: the kernels that take the ReLU's flag
+    | {"norm_grad_input_bf16_prefix_plain"} \
+    | {f"norm_{kernel}_bf16_eval{plain}" for kernel in ("normalize", "grad_input") for plain in ("", "_plain")}
 ROT_KINDS = {f"rot_shifted_{t}{way}_sm90" for t in ("fp32", "bf16") for way in ("", "_transpose")} \
     | {"rot_tables_fp32_sm90"}                   # GeoPE's shift tables: apply_shifted, the tables
 

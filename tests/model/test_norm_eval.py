@@ -1,0 +1,112 @@
+"""Tests of the batch norm's eval forward (pointgeope/model/norm.py): one Triton launch (``normalize`` makes its
+scale and shift from the running buffers), the value torch's ``F.batch_norm`` in eval mode (and ``relu``) gives,
+for float32, float64, bfloat16 and float16 rows, inside a padded batch and out of it, with and without affine
+parameters (without: torch's path, no launch), and ``info --check``'s eval rows (the next GPU run checks the
+eval forward on the device)."""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
+from pointgeope.model import kernels, norm, padding
+
+
+@pytest.fixture
+def launched(interpreted):
+    """The names of the Triton kernels launched (``InterpretedFunction.run``, warm-ups not counted), in order."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    names, run = [], InterpretedFunction.run
+
+    def counted(fn, *args, **kwargs):
+        if not kwargs.get("warmup"):
+            names.append(fn.__name__)
+        return run(fn, *args, **kwargs)
+    interpreted.setattr(InterpretedFunction, "run", counted)
+    return names
+
+
+def _module(relu: bool, channels: int, dtype: torch.dtype, affine: bool) -> norm.BatchNorm:
+    """The module in eval mode with random running buffers (and parameters where ``affine``); float64 rows get a
+    float64 module, the others float32 parameters (as under autocast)."""
+    g = torch.Generator().manual_seed(channels)
+    module = (norm.BatchNormReLU if relu else norm.BatchNorm)(channels, affine=affine).eval()
+    module = module.double() if dtype == torch.float64 else module
+    with torch.no_grad():
+        if affine:
+            module.weight.copy_(torch.rand(channels, generator=g) * 2 - 0.5)     # some negative scales too
+            module.bias.copy_(torch.randn(channels, generator=g))
+        module.running_mean.copy_(torch.randn(channels, generator=g))
+        module.running_var.copy_(torch.rand(channels, generator=g) + 0.1)
+    return module
+
+
+def _reference(module: norm.BatchNorm, x: torch.Tensor) -> torch.Tensor:
+    """torch's ``F.batch_norm`` in eval mode (and ``relu``) in float64 on the module's buffers, rounded once to
+    ``x``'s dtype: the definition, independent of the kernels."""
+    w, b = (None, None) if module.weight is None else (module.weight.double(), module.bias.double())
+    y = F.batch_norm(x.double(), module.running_mean.double(), module.running_var.double(), w, b, False, 0.0,
+                     module.eps)
+    return (torch.relu(y) if module.relu else y).to(x.dtype)
+
+
+# dtype -> (rtol, atol) of the output against the float64 definition rounded once: float32 arithmetic on
+# float32 buffers (a few ulps), float64 to rounding, half types one ulp of theirs (the float32 result rounded).
+TOL = {torch.float32: (1e-6, 1e-6), torch.float64: (1e-13, 1e-13), torch.bfloat16: (8e-3, 1e-2),
+       torch.float16: (1e-3, 1e-3)}
+
+
+@pytest.mark.parametrize("dtype", list(TOL))
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_eval_forward_is_one_launch_of_torch_batch_norm(launched, dtype, relu, affine, padded):
+    """130 channels (three channel blocks), 301 rows (no multiple of a tile), no gradient: with affine parameters
+    one launch (``normalize``), the value of ``F.batch_norm`` in eval mode on every row (a padded batch's dummy
+    rows too: eval takes no batch statistics) and the buffers untouched; without them torch's path, no launch."""
+    module = _module(relu, 130, dtype, affine)
+    before = {name: t.clone() for name, t in module.state_dict().items()}
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(301, 130, generator=g, dtype=torch.float64) * 2 + 0.3).to(dtype)
+    rows = padding.batch_rows({301: torch.tensor(250)}) if padded else contextlib.nullcontext()
+    with warnings.catch_warnings(), torch.no_grad(), rows:
+        warnings.simplefilter("error", kernels.KernelFallbackWarning)
+        y = module(x)
+    assert launched == (["normalize"] if affine else [])
+    assert y.dtype == dtype and y.shape == x.shape
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(y, _reference(module, x), rtol=rtol, atol=atol)
+    assert all(torch.equal(t, before[name]) for name, t in module.state_dict().items())
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_the_eval_forward_under_inference_mode_is_one_launch(launched, relu):
+    """As the test of a trained model runs it (``torch.inference_mode``, ``engine/evaluate.vote_room``): one
+    launch, torch's value."""
+    module = _module(relu, 70, torch.float32, True)
+    x = torch.randn(200, 70, generator=torch.Generator().manual_seed(4)) * 2
+    with torch.inference_mode():
+        y = module(x)
+    assert launched == ["normalize"]
+    torch.testing.assert_close(y, _reference(module, x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_info_check_has_eval_rows_that_run_the_one_launch(launched, relu):
+    """``info --check`` checks the eval forward on the device: float32 and bfloat16 rows labelled ``eval`` whose
+    kernel side launches ``normalize`` alone forward (then the backward's two), within their tolerance of torch's."""
+    from pointgeope.model.norm_check import check_cases
+
+    cases = [c for c in check_cases(relu, torch.device("cpu"), 96, 6) if c.label.endswith(" eval")]
+    assert [c.label for c in cases] == ["fwd+bwd float32 eval", "fwd+bwd bfloat16 eval"]
+    for case in cases:
+        launched.clear()
+        got = case.run()
+        assert launched == ["normalize", "grad_sums", "grad_input"]
+        diff, _ = case.compare(got, case.reference())
+        assert diff <= case.tolerance
