@@ -22,7 +22,9 @@ rows of ``dW`` and ``db``: contiguous views (autograd's own backward of a batche
 transposed views, each copied once more into the parameter's layout). The backward is written in torch ops on
 the saved inputs: it differentiates again (``create_graph=True``, ``gradgradcheck``). Under autocast the
 products run in autocast's dtype, as ``nn.Linear`` would. ``q`` and ``k`` are views of one tensor made inside an
-autograd Function: changing one in place is refused by autograd (nothing in the network does).
+autograd Function: changing one in place is refused by autograd (nothing in the network does). Without a backward
+(evaluation: no grad mode, or nothing requires grad) they are three ``F.linear``: 3 launches where the stacks and
+products take 4, and half the host time (CPU, tiny N: 12 us against 27 us).
 
 Why three parameters stacked at each forward and not one fused ``(3C, C_in)`` parameter (which would save the two
 stacks, 2 of the 8): the parameters stay those of three ``nn.Linear``. The state dict keeps the authors' keys
@@ -41,6 +43,7 @@ import contextlib
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 __all__ = ["qkv_product"]
 
@@ -57,7 +60,9 @@ def qkv_product(x: Tensor, linears: tuple[nn.Linear, nn.Linear, nn.Linear]) -> t
     """
     if any(lin.bias is None for lin in linears):
         raise ValueError("expected three nn.Linear with biases, got one without (bias=False)")
-    weights, biases = (lin.weight for lin in linears), (lin.bias for lin in linears)
+    weights, biases = [lin.weight for lin in linears], [lin.bias for lin in linears]
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *weights, *biases)):
+        return tuple(F.linear(x, w, b) for w, b in zip(weights, biases, strict=True))   # no backward: 3 launches
     return _Product.apply(x, *weights, *biases)
 
 

@@ -239,3 +239,20 @@ def test_layer_on_meta_tensors_gives_its_shapes():
     out = layer(torch.empty(40, 3, device="meta"), feat, torch.empty(40, 6, dtype=torch.int64, device="meta"))
     out.sum().backward()
     assert out.is_meta and out.shape == (40, 16) and feat.grad.shape == (40, 16)
+
+
+def test_without_a_backward_three_products_and_the_same_values():
+    """Evaluation (no grad mode, or nothing requiring grad) runs three products (3 launches; the stacks and
+    products would take 4 and more host time) with the values the training forward computes."""
+    linears = _linears(dtype=torch.float32)
+    x = torch.randn(30, 12)
+    with torch.no_grad(), _Ops() as ops:
+        ours = qkv_product(x, linears)
+    assert ops.ops == {"addmm": 3}
+    for lin in linears:
+        lin.requires_grad_(False)
+    with _Ops() as frozen:
+        qkv_product(x, linears)
+    assert frozen.ops == {"addmm": 3}
+    for got, want in zip(ours, qkv_product(x.requires_grad_(), linears), strict=True):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
