@@ -1,5 +1,7 @@
 """Tests of pointgeope/model/qkv.py: the queries, keys and values as one product equal three ``nn.Linear`` (values,
 gradients, every positional encoding's layer), launch 8 kernels with their backward where three Linears launch 14,
+keep no more memory alive than three Linears where only the values are saved (the fused aggregation), run on meta
+tensors,
 and leave the layer's parameters, state-dict keys and optimiser state as three Linears have them."""
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def test_launches_forward_and_backward():
         out = qkv_product(x, linears)
     with _Ops() as backward:
         torch.autograd.backward(out, g)
-    assert forward.ops == {"stack": 2, "baddbmm": 1}            # three Linears: 3 addmm
+    assert forward.ops == {"stack": 2, "baddbmm": 1, "addmm": 1}   # three Linears: 3 addmm
     assert backward.ops == {"stack": 1, "mm": 2, "sum": 1}      # three Linears: 6 mm, 3 sum, 2 add
 
 
@@ -183,10 +185,74 @@ def test_optimiser_state_of_three_linears_resumes():
 
 
 def test_layer_launches_one_product_forward():
-    """The layer's forward runs one product for q, k and v: with ``pe="none"`` (no ``delta`` MLP) its products
-    are that one and ``gamma``'s two Linears (three Linears of q, k, v: five)."""
+    """The layer's forward runs one batched product for q and k and one for v: with ``pe="none"`` (no ``delta``
+    MLP) its other products are ``gamma``'s two Linears (three Linears of q, k, v: five ``addmm``)."""
     layer = PointTransformerLayer(16, share_planes=4, neighbours=6, pe="none")
     coord, feat, idx = _cloud(dtype=torch.float32)
     with _Ops() as ops:
         layer(coord, feat, idx)
-    assert ops.ops["addmm"] + ops.ops["baddbmm"] == 3
+    assert (ops.ops["baddbmm"], ops.ops["addmm"]) == (1, 3)
+
+
+def test_values_have_their_own_memory():
+    """``v`` does not share its memory with ``q`` and ``k``: a backward that saves ``v`` alone (the fused
+    aggregation) keeps ``v``'s ``N x C`` alive, not all three (before: ``v`` was a third of one ``(3, N, C)``)."""
+    q, k, v = qkv_product(torch.randn(50, 12, requires_grad=True), _linears(dtype=torch.float32))
+    assert v.untyped_storage().nbytes() == v.numel() * v.element_size() == 50 * 8 * 4
+    assert v.untyped_storage().data_ptr() not in (q.untyped_storage().data_ptr(), k.untyped_storage().data_ptr())
+    assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+
+
+def _saved_bytes(layer, coord, feat, idx) -> int:
+    """Bytes of the storages the layer's forward saves for its backward, the parameters' left out."""
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(coord, feat, idx)
+    return sum(size for ptr, size in saved.items() if ptr not in params)
+
+
+def test_layer_saves_what_three_linears_save_on_the_kernel_path(interpreted_cpu, monkeypatch):
+    """On the Triton path (CUDA's default: the relation saves neither ``q`` nor ``k``, the aggregation saves
+    ``v``) the layer's forward keeps as many bytes for the backward as with three Linears, plus the stacked
+    weights ``3 C^2`` (before: ``2 N C`` more, ``q`` and ``k`` held by ``v``'s memory)."""
+    pytest.importorskip("triton")
+    torch.manual_seed(0)
+    n, c = 60, 16
+    layer = PointTransformerLayer(c, share_planes=4, neighbours=6, pe="rpe")
+    coord, feat, idx = _cloud(n=n, channels=c, dtype=torch.float32)
+    feat.requires_grad_(True)
+    ours = _saved_bytes(layer, coord, feat, idx)
+    monkeypatch.setattr(attention, "qkv_product", lambda x, lin: _three(x, lin))
+    assert ours == _saved_bytes(layer, coord, feat, idx) + 3 * c * c * 4
+
+
+def test_layer_on_meta_tensors_gives_its_shapes():
+    """Shapes through the layer on meta tensors (no data), as with three Linears (before: "unknown device type
+    for autocast", asked of the meta device), forward and backward."""
+    layer = PointTransformerLayer(16, share_planes=4, neighbours=6, pe="rpe").to("meta")
+    feat = torch.empty(40, 16, device="meta", requires_grad=True)
+    out = layer(torch.empty(40, 3, device="meta"), feat, torch.empty(40, 6, dtype=torch.int64, device="meta"))
+    out.sum().backward()
+    assert out.is_meta and out.shape == (40, 16) and feat.grad.shape == (40, 16)
+
+
+def test_without_a_backward_three_products_and_the_same_values():
+    """Evaluation (no grad mode, or nothing requiring grad) runs three products (3 launches; the stacks and
+    products would take 4 and more host time) with the values the training forward computes."""
+    linears = _linears(dtype=torch.float32)
+    x = torch.randn(30, 12)
+    with torch.no_grad(), _Ops() as ops:
+        ours = qkv_product(x, linears)
+    assert ops.ops == {"addmm": 3}
+    for lin in linears:
+        lin.requires_grad_(False)
+    with _Ops() as frozen:
+        qkv_product(x, linears)
+    assert frozen.ops == {"addmm": 3}
+    for got, want in zip(ours, qkv_product(x.requires_grad_(), linears), strict=True):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
