@@ -1,5 +1,5 @@
-"""Training batches too small for batch norm: PTv3's refused at a fold's start when the config makes them
-certain, and, when a batch of either backbone turns out so (:mod:`pointgeope.model.small_batch`), one line
+"""Training batches too small for batch norm: refused at a fold's start when the config makes them certain
+(either backbone), and, when a batch of either backbone turns out so (:mod:`pointgeope.model.small_batch`), one line
 naming the keys that made it small.
 
 Batch norm in training needs two rows or more. The clouds of a batch never share a voxel (the batch index
