@@ -71,7 +71,6 @@ def _eval_amp(record: dict):
     return _section(record, "train").get("amp", "none")
 
 
-# "section.key" -> the value that key had in a record written before it existed (None: the key's default)
 def _no_weight_decay(record: dict):
     model = _section(record, "model")
     learnt = model.get("pe") == "rope-mixed" or (model.get("geope_learnable") is True
@@ -79,6 +78,7 @@ def _no_weight_decay(record: dict):
     return [] if learnt and model.get("backbone", "ptv1") == "ptv1" else None
 
 
+# "section.key" -> the value that key had in a record written before it existed (None: the key's default)
 BEFORE_KEY: dict[str, Callable[[dict], object]] = {
     "model.point3drope_scale": _point3drope_scale,
     "model.rope_mixed_init": lambda record: "axial" if _section(record, "model").get("pe") == "rope-mixed" else None,
@@ -107,15 +107,20 @@ OLDER_VALUES: dict[str, dict[bool, tuple[bool, str]]] = {
 }
 
 
+def _older_form(key: str, value: object) -> tuple[bool, str] | None:
+    """``OLDER_VALUES[key][value]`` (whether today has a value of that meaning, and it or what none has) where
+    ``value`` is an older version's form of ``key``'s value; ``None`` otherwise (1 is not True here)."""
+    return OLDER_VALUES.get(key, {}).get(value) if type(value) is bool else None
+
+
 def older_value(key: str, value: object, choices: str) -> object:
     """``value`` of the dotted ``key`` as today's config reads it: today's value of the same meaning where
     ``value`` is an older version's form of one (:data:`OLDER_VALUES`), else ``value`` itself; raises ValueError
     with the line's text (``choices``: today's values, as the message lists them) where no value of today's
     means what it meant."""
-    older = OLDER_VALUES.get(key, {})
-    if type(value) is not bool or value not in older:       # 1 is not True here
+    if (older := _older_form(key, value)) is None:
         return value
-    same, today = older[value]
+    same, today = older
     if same:
         return today
     raise ValueError(f"{key}: {str(value).lower()} is an older version's setting ({today}), which none of today's "
@@ -140,11 +145,11 @@ def as_recorded(record: dict) -> dict:
         value = before(record)
         if value is not None:
             out[section] = {**out[section], name: value}
-    for key, older in OLDER_VALUES.items():               # an older form of a value that today has
+    for key in OLDER_VALUES:                               # an older form of a value that today has
         section, name = key.split(".")
-        value = _section(out, section).get(name)
-        if type(value) is bool and older.get(value, (False,))[0]:
-            out[section] = {**out[section], name: older[value][1]}
+        older = _older_form(key, _section(out, section).get(name))
+        if older is not None and older[0]:
+            out[section] = {**out[section], name: older[1]}
     for key, unread in UNREAD.items():
         section, name = key.split(".")
         if isinstance(out.get(section), dict) and name in out[section] and unread(record):
@@ -159,9 +164,9 @@ def predating_note(saved: dict, differences: list[tuple[str, object, object]]) -
     ``"; it was recorded before data.normal existed: the override data.normal=false uses it as it ran"``, and
     what a saved value of an older form that no value of today's makes was (:data:`OLDER_VALUES`: no config of
     today's resumes it); else ``""``."""
-    older = [f"; {key}: {str(value).lower()} is an older version's setting ({OLDER_VALUES[key][value][1]}), which "
-             "no value of today's makes" for key, value, _ in differences
-             if type(value) is bool and not OLDER_VALUES.get(key, {}).get(value, (True,))[0]]
+    older = [f"; {key}: {str(value).lower()} is an older version's setting ({form[1]}), which no value of today's "
+             "makes" for key, value, _ in differences
+             if (form := _older_form(key, value)) is not None and not form[0]]
     lacking = [(key, value) for key, value, _ in differences if key in BEFORE_KEY and isinstance(saved, dict)
                and key.split(".")[1] not in _section(saved, key.split(".")[0])]
     if not lacking:

@@ -1,5 +1,5 @@
-"""Training batches too small for batch norm: PTv3's refused at a fold's start when the config makes them
-certain, and, when a batch of either backbone turns out so (:mod:`pointgeope.model.small_batch`), one line
+"""Training batches too small for batch norm: refused at a fold's start when the config makes them certain
+(either backbone), and, when a batch of either backbone turns out so (:mod:`pointgeope.model.small_batch`), one line
 naming the keys that made it small.
 
 Batch norm in training needs two rows or more. The clouds of a batch never share a voxel (the batch index
@@ -37,13 +37,18 @@ def one_cloud_batches(data, per_rank: int) -> bool:
     return per_rank == 1 or (per_rank == 2 and data.mix_prob > 0)
 
 
+def _one_cloud_how(data, per_rank: int) -> str:
+    """How a training batch of ``per_rank`` samples is one cloud (:func:`one_cloud_batches`), for a refusal."""
+    return ("1 sample per process" if per_rank == 1 else
+            f"2 samples per process, which Mix3D (data.mix_prob={data.mix_prob}) merges into one cloud")
+
+
 def batch_norm_problem(data, per_rank: int) -> str | None:
     """``data.voxel_max=1`` where a training batch may be one cloud: one point (or two in one voxel), which
     batch norm cannot normalise in any step; ``None`` otherwise (smaller clouds are the step's to say)."""
     if data.voxel_max != 1 or not one_cloud_batches(data, per_rank):
         return None
-    how = ("1 sample per process" if per_rank == 1 else
-           f"2 samples per process, which Mix3D (data.mix_prob={data.mix_prob}) merges into one cloud")
+    how = _one_cloud_how(data, per_rank)
     return (f"data.voxel_max=1 with {how}: a PTv3 training batch of one point (or two in one voxel), and its "
             "batch norm needs two rows or more; raise data.voxel_max (PTv3's recipe: 204800) or data.batch_size")
 
@@ -57,8 +62,7 @@ def ptv1_batch_norm_problem(data, strides, per_rank: int) -> str | None:
     clouds, need = (1 if per_rank == 1 else 2), one_cloud_points(strides)
     if clouds * data.voxel_max >= need:
         return None
-    how = ("1 sample per process" if clouds == 1 else
-           f"2 samples per process, which Mix3D (data.mix_prob={data.mix_prob}) merges into one cloud")
+    how = _one_cloud_how(data, per_rank)
     return (f"data.voxel_max={data.voxel_max} with {how}: a PTv1 training batch of one cloud of at most "
             f"{clouds * data.voxel_max} points keeps 1 at its last stage (model.strides {list(strides)}: n // "
             f"{math.prod(strides)}), and its batch norm needs two rows or more; raise data.voxel_max to "
