@@ -61,9 +61,9 @@ def check_scale(name: str, value, what: str = "") -> float:
     return number
 
 
-def check_phase_scales(base: float, pos_scale: float, lowest: float, axes: int = 1, names: str = "base and pos_scale"
-                       ) -> None:
-    """``ValueError`` unless every phase per unit of position ``k(e) = pos_scale * base^e / axes`` and every
+def check_phase_scales(base: float, pos_scale: float | None, lowest: float, axes: int = 1) -> None:
+    """``ValueError`` unless every phase per unit of position ``k(e) = pos_scale * base^e / axes`` (``pos_scale``
+    ``None`` for an encoding without one, PointROPE's: ``k = w``, and the message names ``base`` alone) and every
     frequency ``w(e) = base^e``, for the exponents ``e`` in ``[lowest, 0]`` of the encoding (GeoPE's
     ``-2 b / (3 n)``: ``lowest = -2 (n - 1) / (3 n)``; RoPE's ``-q / Q``: ``-(Q - 1) / Q``), lie within
     ``[PHASE_SCALE_MIN, PHASE_SCALE_MAX] = [2^-126, 2^66]`` (``w`` within float32's ``[2^-126, FLT_MAX]``).
@@ -79,19 +79,22 @@ def check_phase_scales(base: float, pos_scale: float, lowest: float, axes: int =
     positions are still resolved (float32 keeps 24 bits: at ``|k p| >= 2^24`` rad its step exceeds 1 rad); that is
     the positions', said where they are read (``pointgeope.nn``'s phase warning)."""
     per = f" / {axes}" if axes != 1 else ""
+    if pos_scale is None:                                       # PointROPE: radians per grid cell, base^e
+        scale, names, given = 1.0, "base", f"base={base!r}"
+    else:
+        scale, names, given = pos_scale, "base and pos_scale", f"base={base!r}, pos_scale={pos_scale!r}"
     for e in (lowest, 0.0):
         try:
             w = base ** e
         except OverflowError:                                   # e.g. (1e-320) ** -1
             w = math.inf
         for value, what, top, shown in ((w, "frequency base^e", _FLOAT32_MAX, "FLT_MAX"),
-                                        (pos_scale * w / axes, f"phase per unit pos_scale * base^e{per}",
-                                         PHASE_SCALE_MAX, "2^66")):
+                                        (scale * w / axes, f"phase per unit {'pos_scale * ' * (pos_scale is not None)}"
+                                         f"base^e{per}", PHASE_SCALE_MAX, "2^66")):
             if not PHASE_SCALE_MIN <= value <= top:
                 side = "overflow float32 (NaN features)" if value > top else "round to 0 in float32 (no rotation)"
                 raise ValueError(f"expected {names} whose {what} lies in [2^-126, {shown}] for e in [{lowest:.4g}, "
-                                 f"0], got {value:.4g} at e = {e:.4g} (base={base!r}, pos_scale={pos_scale!r}): its "
-                                 f"phases would {side}")
+                                 f"0], got {value:.4g} at e = {e:.4g} ({given}): its phases would {side}")
 
 
 def check_finite(name: str, value: Tensor) -> None:

@@ -69,7 +69,11 @@ def test_the_attention_encodings_take_the_same_bound(make):
 
 
 def test_pointrope_bounds_its_base():
-    """Radians per grid cell base^(-q/Q): 12 channels, Q = 2, e in [-1/2, 0]; base 2^-132 gives 2^66."""
+    """Radians per grid cell base^(-q/Q): 12 channels, Q = 2, e in [-1/2, 0]; base 2^-132 gives 2^66. PointROPE has
+    no pos_scale, so the message names none (it showed a pos_scale=1.0 the caller never gave)."""
     PointRoPEQK(12, base=2.0 ** -132)
-    with pytest.raises(ValueError, match=r"expected base whose phase per unit .* got .* at e = -0.5"):
+    with pytest.raises(ValueError) as err:
         PointRoPEQK(12, base=2.0 ** -134)
+    assert str(err.value) == ("expected base whose phase per unit base^e lies in [2^-126, 2^66] for e in [-0.5, 0], "
+                              f"got 1.476e+20 at e = -0.5 (base={2.0 ** -134!r}): its phases would overflow float32 "
+                              "(NaN features)")

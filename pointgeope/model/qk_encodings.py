@@ -304,7 +304,7 @@ class PointRoPEQK(_HalfRotary):
     def __init__(self, head_dim: int, base: float = POINTROPE_BASE, check_finite: bool = True):
         super().__init__(head_dim, *_thirds(_width(self, head_dim)), None, check_finite)
         self.base = check_scale("base", base)     # 0, < 0 or NaN: NaN angles without a word
-        check_phase_scales(self.base, 1.0, _lowest(self.head_dim), names="base")    # radians per grid cell
+        check_phase_scales(self.base, None, _lowest(self.head_dim))    # radians per grid cell
 
     def angles(self, pos: Tensor) -> Tensor:
         return self.third_angles(pos, self.base)

@@ -14,6 +14,7 @@ import warnings
 import torch
 from torch import Tensor
 
+from pointgeope.geope import geometry_dtype  # its owner (model.rotation re-exports it)
 from pointgeope.geope_checks import (  # the owner of the rules for features, scales and coordinates
     _refuse,
     check_coordinates,
@@ -23,7 +24,6 @@ from pointgeope.geope_checks import (  # the owner of the rules for features, sc
     coordinates_outside,
 )
 from pointgeope.model.ops.checks import check_count, check_values  # the point ops'
-from pointgeope.model.rotation import geometry_dtype
 
 __all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite", "check_coordinates", "check_values",
            "check_positions"]

@@ -86,3 +86,25 @@ def test_the_specs_mark_follows_moves_and_pickles_but_not_hand_copies(case):
     bad = dataclasses.replace(h, neighbours=(h.neighbours[0] - 100,) + h.neighbours[1:])
     with pytest.raises(ValueError, match=r"expected hierarchy.neighbours\[0\] rows in \[0, 12\), got 48 outside"):
         net(coord, feat, [5, 12], hierarchy=bad)
+
+
+@pytest.mark.parametrize("field, entries, want", [("up", 0, 1), ("up_dist2", 2, 1), ("samples", 1, 2),
+                                                  ("down", 3, 2)])
+def test_a_field_of_another_number_of_stages_is_named(case, field, entries, want):
+    """A hand-made hierarchy whose ``up`` (or any field) has another number of entries than its stages (one less for
+    ``up`` and ``up_dist2``) was an IndexError traceback from inside the check, naming nothing."""
+    net, coord, feat, h = case
+    got = (tuple(getattr(h, field)) * 3)[:entries]
+    with pytest.raises(ValueError, match=rf"expected hierarchy.{field} of {want} entries \(2 stages\), got {entries}; "
+                                         r"build it with model.hierarchy_spec"):
+        net(coord, feat, [5, 12], hierarchy=dataclasses.replace(h, **{field: got}))
+
+
+def test_apply_with_any_function_drops_the_specs_mark(case):
+    """``apply(fn)`` may change values (it kept the mark, so a shifted copy went unchecked on the CPU); ``to`` and
+    ``pin_memory``, which only move, keep it."""
+    net, coord, feat, h = case
+    shifted = h.apply(lambda t: t - 100 if t.dim() == 2 and not t.is_floating_point() else t)   # the indices
+    assert not shifted.built and h.to("cpu").built
+    with pytest.raises(ValueError, match=r"expected hierarchy.neighbours\[0\] rows in \[0, 12\), got 48 outside"):
+        net(coord, feat, [5, 12], hierarchy=shifted)

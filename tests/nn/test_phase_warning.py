@@ -56,12 +56,15 @@ def test_positions_far_from_the_origin_are_told_to_be_centred(monkeypatch, dtype
 
 
 def test_the_api_says_it_once(monkeypatch):
-    """geope_qk reads its positions once and says the step at the largest of its block scales (25 / 3)."""
+    """geope_qk reads its positions and says the step at the largest of its block scales, k_0 = pos_scale / A =
+    25 / 3 (7.5 m: 62.5 rad), once for two calls."""
     monkeypatch.setattr(checks, "_phase_warned", False)
     q = torch.randn(3, 6, generator=torch.Generator().manual_seed(0))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         geope_qk(q, q, corners(7.5).float(), pos_scale=25.0)           # float32 near the origin: nothing to say
         assert caught == []
-    assert said(monkeypatch, corners(7.5).bfloat16(), 25 / 3)[0].startswith(
-        "GeoPE: pos up to 7.5 in bfloat16 turn by phases up to 62.5 rad, rounded in steps of 0.26 rad; give them")
+        for _ in range(2):
+            geope_qk(q, q, corners(7.5).bfloat16(), pos_scale=25.0)
+    assert len(caught) == 1 and str(caught[0].message).startswith(
+        "GeoPE: pos_q up to 7.5 in bfloat16 turn by phases up to 62.5 rad, rounded in steps of 0.26 rad; give them")

@@ -125,9 +125,8 @@ def test_a_checkpoint_without_an_encoding_loads_with_a_warning_naming_the_assump
     with pytest.warns(UserWarning) as caught:
         layer.load_state_dict(old)
     assert [str(w.message) for w in caught] == [
-        "pe: the checkpoint names no encoding (saved before layers recorded theirs); loaded as this layer's "
-        "pe='lingeope', which it cannot confirm (other encodings of the same parameters and settings load alike): "
-        "if that is the one it was trained with, save it again to record it"]
+        "the checkpoint names no encoding (saved before layers recorded it): loaded as pe='lingeope', unconfirmed; "
+        "if it was trained with that, save it again to record it"]
     assert "pe" in layer.state_dict()                       # saved again, it names its encoding
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -65,10 +65,11 @@ class PointHierarchy:
 
     @property
     def built(self) -> bool:
-        """Made by :class:`HierarchySpec`, or from such a one by :meth:`apply` (``to``, ``pin_memory``) or
+        """Made by :class:`HierarchySpec`, or from such a one by :meth:`to`, :meth:`pin_memory` or
         ``padding.pad_hierarchy``: right by construction, so ``ops.hierarchy_check`` reads none of its values (a
         training step reads only its loss on the host). A pickled copy (a loader worker's) keeps the mark; one
-        made by the constructor or ``dataclasses.replace`` has none."""
+        made by the constructor, ``dataclasses.replace`` or :meth:`apply` (any ``fn``: it may change values) has
+        none."""
         return self.__dict__.get("_built", False)
 
     def as_built(self) -> PointHierarchy:
@@ -77,16 +78,20 @@ class PointHierarchy:
         return self
 
     def apply(self, fn) -> PointHierarchy:
-        """A new hierarchy with ``fn`` applied to every tensor (:attr:`built` if this one is)."""
-        out = PointHierarchy(**{f.name: tuple(None if t is None else fn(t) for t in getattr(self, f.name))
-                                for f in fields(self)})
+        """A new hierarchy with ``fn`` applied to every tensor (not :attr:`built`: ``fn`` may change values)."""
+        return PointHierarchy(**{f.name: tuple(None if t is None else fn(t) for t in getattr(self, f.name))
+                                 for f in fields(self)})
+
+    def _moved(self, fn) -> PointHierarchy:
+        """:meth:`apply` of a ``fn`` that moves tensors, values kept: :attr:`built` if this one is."""
+        out = self.apply(fn)
         return out.as_built() if self.built else out
 
     def to(self, device=None, non_blocking: bool = False) -> PointHierarchy:
-        return self.apply(lambda t: t.to(device=device, non_blocking=non_blocking))
+        return self._moved(lambda t: t.to(device=device, non_blocking=non_blocking))
 
     def pin_memory(self) -> PointHierarchy:
-        return self.apply(lambda t: t.pin_memory())
+        return self._moved(lambda t: t.pin_memory())
 
     def coords(self, coord: Tensor) -> list[Tensor]:
         """Coordinates of every stage, ``coord_s = coord_{s-1}[sample_s]``."""

@@ -12,16 +12,16 @@ For stages ``s`` of ``N_s`` points (``N_0 = N``, the rows of ``coord``; the modu
     up[s]             (N_s, 3)       rows of stage s+1, in [0, N_{s+1})         (s < S-1)
     up_dist2[s]       (N_s, 3)       finite, >= 0
 
-The shapes are checked on every call (attributes: no value is read). The values are checked where reading them
-costs no synchronisation, tensors on the CPU, unless ``HierarchySpec`` made the hierarchy
-(``PointHierarchy.built``: the loader's and the padded ones, so a CPU training step reads on the host what a GPU
-step reads, its loss only), and whenever the caller asks (``values=True``, the network's ``check_finite``): a
-negative index would wrap to another point and an index past the end read another stage's memory or stop a GPU
-with a device assert, a NaN distance or coordinate turn every logit of its cloud into NaN, all without a word.
-``coord`` is checked by the point ops' rule (``check_coordinates``: finite, within ``+-2^60``), as
-``HierarchySpec`` checks it when it builds the hierarchy itself. A hierarchy built by ``HierarchySpec`` is right
-by construction; one built by hand or loaded from elsewhere is what this is for. That each row's neighbours lie
-in its own cloud is not checked (it would take a pass over every index).
+The shapes (and each field's number of entries) are checked on every call (attributes: no value is read). The
+values are checked where reading them costs no synchronisation, tensors on the CPU, unless ``HierarchySpec`` made
+the hierarchy (``PointHierarchy.built``: the loader's and the padded ones, so a CPU training step reads on the host
+what a GPU step reads, its loss only), and whenever the caller asks (``values=True``, the network's
+``check_finite``): a negative index would wrap to another point and an index past the end read another stage's
+memory or stop a GPU with a device assert, a NaN distance or coordinate turn every logit of its cloud into NaN, all
+without a word. ``coord`` is checked by the point ops' rule (``check_coordinates``: finite, within ``+-2^60``), as
+``HierarchySpec`` checks it when it builds the hierarchy itself. A hierarchy built by ``HierarchySpec`` is right by
+construction; one built by hand or loaded from elsewhere is what this is for. That each row's neighbours lie in its
+own cloud is not checked (it would take a pass over every index).
 """
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ _AGAIN = "build it with model.hierarchy_spec(coord, offset)"
 def check_hierarchy(hierarchy, coord: Tensor, strides: tuple[int, ...], values: bool = False) -> None:
     """``ValueError`` naming the tensor (e.g. ``hierarchy.neighbours[1]``) unless ``hierarchy`` fits ``coord (N,
     3)`` and the stages' ``strides`` (module docstring); values read when on the CPU or with ``values``."""
+    for name in ("samples", "down", "neighbours", "up", "up_dist2"):           # up: none from the last stage
+        want, got = hierarchy.stages - (name in ("up", "up_dist2")), len(getattr(hierarchy, name))
+        if got != want:
+            raise ValueError(f"expected hierarchy.{name} of {want} entries ({hierarchy.stages} stages), got {got}; "
+                             f"{_AGAIN}")
     sizes = [coord.shape[0]] + [n.shape[0] for n in hierarchy.neighbours]      # stage -1 is coord itself
     tensors = []                                                               # (name, tensor, rows it indexes)
     for s in range(hierarchy.stages):

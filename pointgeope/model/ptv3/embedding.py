@@ -3,7 +3,7 @@
 ``feat0 = GELU(BN(SubMConv3d_5(feat)))``: (N, C_in) -> (N, C_0). Submodules ``stem.conv``, ``stem.norm``,
 ``stem.act`` as Pointcept's ``Embedding`` (its convolution has no bias; its ``padding=1`` has no effect on a
 submanifold convolution, which keeps the input voxels). A training batch of one point is a
-:class:`~pointgeope.model.ptv3.pooling.SmallBatchError` (batch norm needs two rows), not torch's error from
+:class:`~pointgeope.model.small_batch.SmallBatchError` (batch norm needs two rows), not torch's error from
 inside ``BatchNorm1d``.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from torch import nn
 
 from pointgeope.model.ops.checks import check_model_dtype
 from pointgeope.model.ptv3.block import neighbours
-from pointgeope.model.ptv3.pooling import SmallBatchError
 from pointgeope.model.ptv3.sparse_conv import SubMConv3d
 from pointgeope.model.ptv3.structure import PointBatch
+from pointgeope.model.small_batch import SmallBatchError
 
 __all__ = ["Embedding"]
 
