@@ -110,3 +110,42 @@ def test_info_check_has_eval_rows_that_run_the_one_launch(launched, relu):
         assert launched == ["normalize", "grad_sums", "grad_input"]
         diff, _ = case.compare(got, case.reference())
         assert diff <= case.tolerance
+
+
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("track, momentum", [(False, 0.1), (True, None)])
+def test_eval_without_running_buffers_or_with_a_cumulative_momentum_matches_torch_with_gradients(
+        launched, relu, track, momentum):
+    """Eval with gradients on (a frozen-statistics fine-tune) in the two modes beside the default:
+    ``track_running_stats=False`` (no running buffers: eval normalises by the batch's own statistics, so the two
+    training launches, and the gradient through the statistics) and ``momentum=None`` (a cumulative average: eval
+    still takes the running buffers, one launch). Output and the gradients of ``x``, ``weight`` and ``bias``
+    against ``F.batch_norm``'s float64 autograd (``training`` as ``BatchNorm1d`` decides it: no buffers, batch
+    statistics); the module's state untouched."""
+    module = (norm.BatchNormReLU if relu else norm.BatchNorm)(70, momentum=momentum, track_running_stats=track)
+    g = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        module.weight.copy_(torch.rand(70, generator=g) * 2 - 0.5)
+        module.bias.copy_(torch.randn(70, generator=g))
+        if track:
+            module.running_mean.copy_(torch.randn(70, generator=g))
+            module.running_var.copy_(torch.rand(70, generator=g) + 0.1)
+    module.eval()
+    before = {name: t.clone() for name, t in module.state_dict().items()}
+    x = (torch.randn(301, 70, generator=g) * 2 + 0.3).requires_grad_()
+    up = torch.randn(301, 70, generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", kernels.KernelFallbackWarning)
+        y = module(x)
+        forward = list(launched)
+        y.backward(up)
+    assert forward == (["normalize"] if track else ["statistics", "normalize"])
+    assert launched[len(forward):] == ["grad_sums", "grad_input"]
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, module.weight, module.bias))
+    buffers = (module.running_mean.double(), module.running_var.double()) if track else (None, None)
+    want = F.batch_norm(x64, *buffers, w64, b64, not track, 0.0, module.eps)
+    want = torch.relu(want) if relu else want
+    want.backward(up.double())
+    for got, ref in ((y, want), (x.grad, x64.grad), (module.weight.grad, w64.grad), (module.bias.grad, b64.grad)):
+        torch.testing.assert_close(got.detach().double(), ref.detach(), rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
+    assert all(torch.equal(t, before[name]) for name, t in module.state_dict().items())
