@@ -17,6 +17,21 @@ def interpreted(kernel_failures_forgotten):
 
 
 @pytest.fixture
+def launched(interpreted):
+    """The names of the Triton kernels launched (``InterpretedFunction.run``, warm-ups not counted), in order."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    names, run = [], InterpretedFunction.run
+
+    def counted(fn, *args, **kwargs):
+        if not kwargs.get("warmup"):
+            names.append(fn.__name__)
+        return run(fn, *args, **kwargs)
+    interpreted.setattr(InterpretedFunction, "run", counted)
+    return names
+
+
+@pytest.fixture
 def interpreted_cpu(request):
     """``interpreted``, for a test that runs Triton kernels on CPU tensors: skipped on a CUDA machine, where
     Triton was imported compiled (``tests/conftest.py`` sets ``TRITON_INTERPRET`` only without CUDA) and

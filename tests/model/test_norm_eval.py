@@ -16,21 +16,6 @@ pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set
 from pointgeope.model import kernels, norm, padding
 
 
-@pytest.fixture
-def launched(interpreted):
-    """The names of the Triton kernels launched (``InterpretedFunction.run``, warm-ups not counted), in order."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    names, run = [], InterpretedFunction.run
-
-    def counted(fn, *args, **kwargs):
-        if not kwargs.get("warmup"):
-            names.append(fn.__name__)
-        return run(fn, *args, **kwargs)
-    interpreted.setattr(InterpretedFunction, "run", counted)
-    return names
-
-
 def _module(relu: bool, channels: int, dtype: torch.dtype, affine: bool) -> norm.BatchNorm:
     """The module in eval mode with random running buffers (and parameters where ``affine``); float64 rows get a
     float64 module, the others float32 parameters (as under autocast)."""

@@ -17,21 +17,6 @@ pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set
 from pointgeope.model import kernels, norm, norm_tickets, padding
 
 
-@pytest.fixture
-def launched(interpreted):
-    """The names of the Triton kernels launched (``InterpretedFunction.run``, warm-ups not counted), in order."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    names, run = [], InterpretedFunction.run
-
-    def counted(fn, *args, **kwargs):
-        if not kwargs.get("warmup"):
-            names.append(fn.__name__)
-        return run(fn, *args, **kwargs)
-    interpreted.setattr(InterpretedFunction, "run", counted)
-    return names
-
-
 def _pair(relu: bool, channels: int, train: bool, frozen: bool = False):
     """The module under test and torch's ``BatchNorm1d`` with the same random parameters and buffers."""
     g = torch.Generator().manual_seed(5)
