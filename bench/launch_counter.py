@@ -181,14 +181,7 @@ def count_step(step, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
     hooks = [model.register_forward_pre_hook(lambda *a: setattr(counter, "phase", "forward")),
              model.register_forward_hook(forward_done),
              optimizer.register_step_pre_hook(lambda *a: setattr(counter, "phase", "optimizer"))]
-    try:
-        with cuda_choices(), counter.module_hooks(model), counter.triton_launches():
-            with counter:
-                step()
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return counter
+    return _run_counted(counter, model, hooks, step)
 
 
 @contextlib.contextmanager
@@ -218,10 +211,16 @@ def count_forward(forward, model: torch.nn.Module) -> LaunchCounter:
     counter = LaunchCounter()
     hooks = [model.register_forward_pre_hook(lambda *a: setattr(counter, "phase", "forward")),
              model.register_forward_hook(lambda *a: setattr(counter, "phase", "output"))]
+    return _run_counted(counter, model, hooks, forward)
+
+
+def _run_counted(counter: LaunchCounter, model: torch.nn.Module, hooks: list, call) -> LaunchCounter:
+    """``call()`` counted by ``counter`` along :func:`cuda_choices`, by module of ``model``; ``hooks`` (the
+    phase switches) removed after it."""
     try:
         with cuda_choices(), counter.module_hooks(model), counter.triton_launches():
             with counter:
-                forward()
+                call()
     finally:
         for hook in hooks:
             hook.remove()
