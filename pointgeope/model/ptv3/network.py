@@ -68,7 +68,8 @@ class PointTransformerV3(nn.Module):
         forward(coord (N, 3) any float, grid_coord (N, 3) int >= 0, feat (N, in_channels) in the model's dtype
         (else a ``TypeError`` naming ``feat``, as PTv1's; under autocast a half dtype or float32), offset (B,) the
         end of each cloud, a tensor or a host list) -> (N, dec_channels[0]) per-point features in input order
-        (enc_mode: the coarsest stage's (N_S, enc_channels[-1]), rows in its pooled order).
+        (enc_mode: the coarsest stage's (N_S, enc_channels[-1]), rows in its pooled order; one stage, no
+        decoder: (N, enc_channels[0]) in input order, with or without enc_mode).
     """
 
     def __init__(self, in_channels: int = 6, order=("z", "z-trans", "hilbert", "hilbert-trans"),
@@ -99,7 +100,8 @@ class PointTransformerV3(nn.Module):
                                              enc_patch_size=enc_patch_size),
                        dict(dec_depths=dec_depths, dec_channels=dec_channels, dec_num_head=dec_num_head,
                             dec_patch_size=dec_patch_size), tuple(stride), enc_mode)
-        self.out_channels = enc_channels[-1] if enc_mode else dec_channels[0]
+        # one stage: no decoder (Pointcept's is then empty), the output is stage 0's, as with enc_mode
+        self.out_channels = enc_channels[-1] if enc_mode or self.num_stages == 1 else dec_channels[0]
         bn = partial(nn.BatchNorm1d, eps=1e-3, momentum=0.01)
         block = partial(Block, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, attn_drop=attn_drop,
                         proj_drop=proj_drop, norm_layer=nn.LayerNorm, act_layer=nn.GELU, pre_norm=pre_norm,
