@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from pointgeope.model.ptv3.attention import PatchEncoding
 from pointgeope.model.ptv3.block import Block
 from pointgeope.model.ptv3.embedding import Embedding
-from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling, shuffles_now
+from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling, shuffles_now, stride_problem
 from pointgeope.model.ptv3.serialization import ORDERS
 from pointgeope.model.ptv3.structure import PointBatch
 
@@ -45,7 +45,8 @@ def _encoder_only(enc_mode: bool | None, cls_mode: bool | None) -> bool:
 
 
 def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mode: bool) -> None:
-    """A ``ValueError`` naming the argument whose length does not match the stages."""
+    """A ``ValueError`` naming the argument whose length does not match the stages, or the pooling stride that
+    is no power of two >= 2."""
     if len(stride) != num_stages - 1:
         raise ValueError(f"expected stride of {num_stages - 1} values for {num_stages} stages, got {stride}")
     for name, value in enc.items():
@@ -54,6 +55,10 @@ def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mod
     for name, value in ({} if enc_mode else dec).items():
         if len(value) != num_stages - 1:
             raise ValueError(f"expected {name} of {num_stages - 1} values (stages - 1), got {value}")
+    for s, value in enumerate(stride):
+        problem = stride_problem(value)
+        if problem:      # (Pointcept's assertion lets 1 through, a pooling of shared voxels only: refused here)
+            raise ValueError(f"stride[{s}]: {problem}")
 
 
 class PointTransformerV3(nn.Module):

@@ -154,6 +154,15 @@ def test_one_stage_without_enc_mode_is_the_encoder_stage():
     assert PTv3Segmentor(5, net.out_channels, net).eval()(**data).shape == (100, 5)
 
 
+@pytest.mark.parametrize("stride,line", [((2, 1), "stride[1]: expected a power of two >= 2, got 1"),
+                                         ((3, 2), "stride[0]: expected a power of two >= 2, got 3")])
+def test_a_bad_stride_names_its_entry(stride, line):
+    """The constructor named no argument ("expected a power of two >= 2, got 1", from the pooling it builds)."""
+    with pytest.raises(ValueError) as err:
+        PointTransformerV3(**dict(SMALL, stride=stride))
+    assert str(err.value) == line
+
+
 # Pointcept's PT-v3m1 constructor (pointcept/models/point_transformer_v3/point_transformer_v3m1_base.py, v1.6.1 and
 # later, d74c646), its arguments in its order, with the values of its S3DIS config
 # (configs/s3dis/semseg-pt-v3m1-0-base.py); up to v1.6.0 (10b7490) both name the encoder-only switch cls_mode
