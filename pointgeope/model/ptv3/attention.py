@@ -13,7 +13,8 @@ For one serialization order, the points are read along the curve, cut into patch
 points along each axis, summed over x, y, z; it is float32 (the table's dtype) and reaches ``pe.attention`` as
 made: ``lingeope`` adds it to its float32 scores, as Pointcept adds its float32 RPE to ``q k^T`` (by type
 promotion, never rounded to q's precision), and :meth:`SerializedAttention.sdpa` casts it to the attention's
-dtype (float32 with the upcasts, else q's, e.g. bf16 under autocast: SDPA takes a float mask of q's dtype only).
+dtype (float32 with the upcasts and a half-precision q, else q's, e.g. bf16 under autocast: SDPA takes a float
+mask of q's dtype only).
 ``mask`` removes the empty slots of a cloud shorter than a patch. The positional encoding ``pe`` has one
 protocol, ``pe.attention(q, k, v, coord_patches, grid_patches, *, scale, dropout_p, attn_mask, sdpa)``
 (:class:`PatchEncoding`), given the patches' coordinates (P, K, 3) float
@@ -105,7 +106,8 @@ class SerializedAttention(nn.Module):
         qkv_bias, qk_scale, attn_drop, proj_drop: as in Pointcept.
         order_index: which serialization order (row of ``serialized_order``) this layer uses.
         enable_rpe: add the :class:`RPE` bias (allowed with either partition: SDPA takes a bias).
-        upcast_attention, upcast_softmax: attend in float32 when the features are half precision.
+        upcast_attention, upcast_softmax: attend in float32 when the features are half precision (float32 and
+            float64 features attend in their own dtype).
         pe: the positional encoding, a :class:`PatchEncoding` (module docstring); None = none.
     Shapes:
         forward(point) -> (N, C), the attention output of ``point.feat`` (N, C), rows in input order.
@@ -160,10 +162,11 @@ class SerializedAttention(nn.Module):
     def sdpa(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
              scale: float | None = None) -> Tensor:
         """This layer's one call of ``scaled_dot_product_attention`` (P, H, K, D) -> (P, H, K, D) in ``q``'s
-        dtype: in float32 if ``upcast``, a float mask (the RPE bias) in the attention's precision, the heads
-        padded to :func:`sdpa_alignment` of the device (:func:`aligned_attention`)."""
+        dtype: in float32 if ``upcast`` and ``q`` is half precision (float64 stays float64: an upcast never
+        lowers the precision), a float mask (the RPE bias) in the attention's precision, the heads padded to
+        :func:`sdpa_alignment` of the device (:func:`aligned_attention`)."""
         dtype = q.dtype
-        if self.upcast:
+        if self.upcast and torch.finfo(dtype).bits < 32:
             q, k, v = q.float(), k.float(), v.float()
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             attn_mask = attn_mask.to(q.dtype)                              # the RPE bias in q's precision

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from pointgeope.model.ptv3.attention import PatchEncoding
 from pointgeope.model.ptv3.block import Block
 from pointgeope.model.ptv3.embedding import Embedding
-from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling, shuffles_now
+from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling, shuffles_now, stride_problem
 from pointgeope.model.ptv3.serialization import ORDERS
 from pointgeope.model.ptv3.structure import PointBatch
 
@@ -45,7 +45,8 @@ def _encoder_only(enc_mode: bool | None, cls_mode: bool | None) -> bool:
 
 
 def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mode: bool) -> None:
-    """A ``ValueError`` naming the argument whose length does not match the stages."""
+    """A ``ValueError`` naming the argument whose length does not match the stages, or the pooling stride that
+    is no power of two >= 2."""
     if len(stride) != num_stages - 1:
         raise ValueError(f"expected stride of {num_stages - 1} values for {num_stages} stages, got {stride}")
     for name, value in enc.items():
@@ -54,6 +55,10 @@ def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mod
     for name, value in ({} if enc_mode else dec).items():
         if len(value) != num_stages - 1:
             raise ValueError(f"expected {name} of {num_stages - 1} values (stages - 1), got {value}")
+    for s, value in enumerate(stride):
+        problem = stride_problem(value)
+        if problem:      # (Pointcept's assertion lets 1 through, a pooling of shared voxels only: refused here)
+            raise ValueError(f"stride[{s}]: {problem}")
 
 
 class PointTransformerV3(nn.Module):
@@ -68,7 +73,8 @@ class PointTransformerV3(nn.Module):
         forward(coord (N, 3) any float, grid_coord (N, 3) int >= 0, feat (N, in_channels) in the model's dtype
         (else a ``TypeError`` naming ``feat``, as PTv1's; under autocast a half dtype or float32), offset (B,) the
         end of each cloud, a tensor or a host list) -> (N, dec_channels[0]) per-point features in input order
-        (enc_mode: the coarsest stage's (N_S, enc_channels[-1]), rows in its pooled order).
+        (enc_mode: the coarsest stage's (N_S, enc_channels[-1]), rows in its pooled order; one stage, no
+        decoder: (N, enc_channels[0]) in input order, with or without enc_mode).
     """
 
     def __init__(self, in_channels: int = 6, order=("z", "z-trans", "hilbert", "hilbert-trans"),
@@ -99,7 +105,8 @@ class PointTransformerV3(nn.Module):
                                              enc_patch_size=enc_patch_size),
                        dict(dec_depths=dec_depths, dec_channels=dec_channels, dec_num_head=dec_num_head,
                             dec_patch_size=dec_patch_size), tuple(stride), enc_mode)
-        self.out_channels = enc_channels[-1] if enc_mode else dec_channels[0]
+        # one stage: no decoder (Pointcept's is then empty), the output is stage 0's, as with enc_mode
+        self.out_channels = enc_channels[-1] if enc_mode or self.num_stages == 1 else dec_channels[0]
         bn = partial(nn.BatchNorm1d, eps=1e-3, momentum=0.01)
         block = partial(Block, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, attn_drop=attn_drop,
                         proj_drop=proj_drop, norm_layer=nn.LayerNorm, act_layer=nn.GELU, pre_norm=pre_norm,

@@ -85,7 +85,7 @@ class SerializedPooling(nn.Module):
         super().__init__()
         problem = stride_problem(stride)
         if problem:
-            raise ValueError(problem)
+            raise ValueError(f"stride: {problem}")
         if reduce not in _REDUCE:
             raise ValueError(f"expected reduce in {tuple(_REDUCE)}, got {reduce!r}")
         self.in_channels, self.out_channels = in_channels, out_channels

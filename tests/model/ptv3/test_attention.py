@@ -91,3 +91,30 @@ def test_lingeope_gets_the_rpe_bias_in_float32_under_bf16_autocast():
     assert seen["q"] == torch.bfloat16 and seen["mask"].dtype == torch.float32
     valid = torch.isfinite(seen["mask"])                                  # cloud 1 (5 points) pads its patch
     assert torch.equal(seen["mask"][valid], bias[valid]) and not torch.equal(bias, bias.bfloat16().float())
+
+
+def test_upcasts_keep_float64_and_the_gradient_in_the_features_is_exact():
+    """``upcast_attention`` / ``upcast_softmax`` raise half precision to float32; float64 features attended in
+    float32 (``.float()`` lowers them), so a float64 network with the upcasts on (``Block``'s and
+    ``SerializedAttention``'s defaults) lost half its digits and failed ``gradcheck`` in its features. Now the
+    upcasts leave float64 alone: the same as without them, and the gradient matches finite differences."""
+    from pointgeope.model.ptv3 import PointTransformerV3
+
+    kw = dict(in_channels=3, order=("z", "hilbert"), stride=(2,), enc_depths=(2, 1), enc_channels=(6, 6),
+              enc_num_head=(2, 1), enc_patch_size=(5, 5), dec_depths=(1,), dec_channels=(6,), dec_num_head=(2,),
+              dec_patch_size=(5,), mlp_ratio=1, drop_path=0.0, enable_flash=False, enable_rpe=True)
+    torch.manual_seed(0)
+    plain = PointTransformerV3(**kw).double().eval()
+    up = PointTransformerV3(**kw, upcast_attention=True, upcast_softmax=True).double().eval()
+    up.load_state_dict(plain.state_dict())
+    gen = torch.Generator().manual_seed(1)
+    grid = torch.stack([(c := torch.randperm(216, generator=gen)[:14]) // 36, c // 6 % 6, c % 6], 1)
+    coord, feat = grid * 0.1, torch.randn(14, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    offset = torch.tensor([9, 14])
+
+    def run(model, x):
+        torch.manual_seed(2)
+        return model(coord, grid, x, offset)
+
+    torch.testing.assert_close(run(up, feat), run(plain, feat), rtol=1e-13, atol=1e-13)
+    assert torch.autograd.gradcheck(lambda x: run(up, x), (feat,))

@@ -133,6 +133,36 @@ def test_enc_mode_returns_the_coarsest_stage():
     assert net.out_channels == 16
 
 
+def test_one_stage_without_enc_mode_is_the_encoder_stage():
+    """One stage has no decoder (Pointcept builds an empty one and returns stage 0's features): the network
+    without enc_mode builds (it raised an IndexError on dec_channels[0]) and equals the encoder-only one with
+    the same weights, rows in input order, width enc_channels[0]."""
+    one = dict(SMALL, stride=(), enc_depths=(2,), enc_channels=(8,), enc_num_head=(2,), enc_patch_size=(16,),
+               dec_depths=(), dec_channels=(), dec_num_head=(), dec_patch_size=())
+    torch.manual_seed(0)
+    net = PointTransformerV3(**one).eval()
+    enc = PointTransformerV3(**dict(one, enc_mode=True)).eval()
+    enc.load_state_dict(net.state_dict(), strict=True)
+    data = cloud()
+    assert net.out_channels == enc.out_channels == 8
+    out = run(net, **data)
+    assert out.shape == (100, 8)
+    assert torch.equal(out, run(enc, **data))
+    perm = torch.cat([torch.randperm(70), 70 + torch.randperm(30)])
+    moved = dict(data, coord=data["coord"][perm], grid_coord=data["grid_coord"][perm], feat=data["feat"][perm])
+    torch.testing.assert_close(run(net, **moved), out[perm], atol=1e-5, rtol=1e-5)
+    assert PTv3Segmentor(5, net.out_channels, net).eval()(**data).shape == (100, 5)
+
+
+@pytest.mark.parametrize("stride,line", [((2, 1), "stride[1]: expected a power of two >= 2, got 1"),
+                                         ((3, 2), "stride[0]: expected a power of two >= 2, got 3")])
+def test_a_bad_stride_names_its_entry(stride, line):
+    """The constructor named no argument ("expected a power of two >= 2, got 1", from the pooling it builds)."""
+    with pytest.raises(ValueError) as err:
+        PointTransformerV3(**dict(SMALL, stride=stride))
+    assert str(err.value) == line
+
+
 # Pointcept's PT-v3m1 constructor (pointcept/models/point_transformer_v3/point_transformer_v3m1_base.py, v1.6.1 and
 # later, d74c646), its arguments in its order, with the values of its S3DIS config
 # (configs/s3dis/semseg-pt-v3m1-0-base.py); up to v1.6.0 (10b7490) both name the encoder-only switch cls_mode

@@ -3,8 +3,8 @@
 The fixture ``tests/fixtures/ptv3_pointcept.pt`` was made by ``tests/fixtures/make_ptv3_fixture.py``, which ran
 Pointcept's code (commit in ``meta``) with spconv 2.3.8 on the CPU; this test needs neither. Two variants
 of a reduced-width network with all four orders, two poolings and unpoolings, and clouds shorter and longer
-than a patch: the flash path's partition, and the non-flash fallback with RPE and upcasts. Target: max
-difference <= 1e-5 of the largest output, in float32.
+than a patch: the flash path's partition, and the non-flash fallback with RPE and upcasts; and three networks off
+that path (``configs``). Target: max difference <= 1e-5 of the largest output, in float32.
 """
 from __future__ import annotations
 
@@ -40,6 +40,25 @@ def test_features_equal_pointcepts(fixture, name):
     with torch.no_grad():
         out = model(**fixture["inputs"])
     ref = variant["out"]
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()
+
+
+@pytest.mark.parametrize("name", ["odd", "fallback_train", "encoder"])
+def test_features_equal_pointcepts_off_the_base_path(fixture, name):
+    """Networks with their own weights (``configs``, make_ptv3_fixture.py's CONFIGS): an order given as a string,
+    strides 4 and 8, a stage of no block, patches of 1 and more than a cloud, no qkv bias, qk_scale, post-norm;
+    the fallback with RPE and upcast_softmax in train mode with DropPath and dropout; the encoder only (enc_mode,
+    ``flash``'s weights), whose rows are the coarsest stage's in its pooled order, as Pointcept's."""
+    config = fixture["configs"][name]
+    model = PointTransformerV3(**config["kwargs"])
+    state = config["state_dict"] or {k: v for k, v in _state(fixture, "flash").items() if not k.startswith("dec.")}
+    model.load_state_dict(state, strict=True)
+    model.train(config["train"])
+    torch.manual_seed(config["seed"])
+    with torch.no_grad():
+        out = model(**fixture["inputs"])
+    ref = config["out"]
     assert out.shape == ref.shape
     assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()
 
