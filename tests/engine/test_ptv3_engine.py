@@ -145,9 +145,8 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_patch_size=[1024, 1024, 1024, 1024, 10000000]"],
      "model.ptv3.enc_patch_size[4]: expected an integer <= 65536"),
     ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.stride=[2, 3, 2, 2]"],
-     "model.ptv3.stride[1]: expected a power of two >= 2, got 3"),
-    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.stride=[1, 2, 2, 2]"],
-     "model.ptv3.stride[0]: expected a power of two >= 2, got 1"),
+     "model.ptv3.stride[1]: expected a power of two (1, 2, 4, 8, ...), got 3"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.stride=[1, 2, 2, 2]"], None),  # 2^0 as Pointcept
     (["model.backbone=ptv3", "model.pe=none"], "model.backbone=ptv3 takes samples with grid coordinates: expected "
      "data.augment=pointcept_ptv3 and eval.protocol=ptv3, got ptv1 and ptv1"),
     (["eval.protocol=ptv3"], "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1"),
@@ -176,7 +175,7 @@ def test_each_backbone_takes_its_own_keys(overrides, message):
 @pytest.mark.parametrize("config, extra, message", [
     (DEMO_CONFIG, ["eval.protocol=ptv3"], "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1"),
     (DEMO_CONFIG, ["data.augment=pointcept_ptv3"], "data.augment=pointcept_ptv3: PTv3's samples and test"),
-    (PTV3_DEMO, ["model.ptv3.stride=[3, 2]"], "model.ptv3.stride[0]: expected a power of two >= 2, got 3"),
+    (PTV3_DEMO, ["model.ptv3.stride=[3, 2]"], "model.ptv3.stride[0]: expected a power of two (1, 2, 4, 8, ...), got 3"),
     (PTV3_DEMO, ["model.ptv3.order=[]"], "model.ptv3.order: expected at least one of z, z-trans"),
     (PTV3_DEMO, ["model.pe=pointrope", "model.geope_learnable=true"], "model.geope_learnable=true: GeoPE's "
      "frequencies, but model.pe=pointrope turns at LitePT's fixed frequencies"),
