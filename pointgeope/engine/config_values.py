@@ -251,9 +251,9 @@ def presets_problem(m: ModelConfig, presets: list[str]) -> str | None:
 
 def ptv3_problem(m: ModelConfig) -> str | None:
     """PTv3's lists of one entry per stage (``enc_*``) or per stage but the last (``stride``, ``dec_*``),
-    at least one order and two stages (the segmentation head reads the decoder's ``dec_channels[0]``),
-    strides powers of two >= 2 (``ptv3.pooling.stride_problem``), widths divisible by their heads, heads wide
-    enough for ``model.pe``; ``None`` when all agree."""
+    at least one order and one stage (one stage has no pooling and no decoder: the head reads the stage's
+    ``enc_channels[0]``, as Pointcept's), strides powers of two (``ptv3.pooling.stride_problem``), widths
+    divisible by their heads, heads wide enough for ``model.pe``; ``None`` when all agree."""
     from pointgeope.model.ptv3.pooling import stride_problem
     from pointgeope.model.ptv3.serialization import ORDERS
     from pointgeope.model.qk_encodings import qk_encoding
@@ -261,15 +261,15 @@ def ptv3_problem(m: ModelConfig) -> str | None:
     p, stages = m.ptv3, len(m.ptv3.enc_depths)
     if not p.order:
         return f"model.ptv3.order: expected at least one of {', '.join(ORDERS)}, got []"
-    if stages < 2:
-        return (f"model.ptv3.enc_depths: expected at least 2 stages (an encoder stage, then one the decoder "
-                f"returns to; the published network has 5: [2, 2, 2, 6, 2]), got {p.enc_depths}")
+    if not stages:
+        return (f"model.ptv3.enc_depths: expected at least 1 stage (one entry a stage; the published network has "
+                f"5: [2, 2, 2, 6, 2]), got {p.enc_depths}")
     lists = {k: stages for k in ("enc_channels", "enc_num_head", "enc_patch_size")}
     lists.update({k: stages - 1 for k in ("stride", "dec_depths", "dec_channels", "dec_num_head", "dec_patch_size")})
     for key, want in lists.items():
         if len(getattr(p, key)) != want:
-            return (f"model.ptv3.{key}: expected {want} entries for the {stages} stages of model.ptv3.enc_depths "
-                    f"{p.enc_depths}, got {len(getattr(p, key))}: {getattr(p, key)}")
+            return (f"model.ptv3.{key}: expected {want} entries for the {stages} stage{'s' * (stages > 1)} of "
+                    f"model.ptv3.enc_depths {p.enc_depths}, got {len(getattr(p, key))}: {getattr(p, key)}")
     for i, stride in enumerate(p.stride):
         problem = stride_problem(stride)
         if problem:

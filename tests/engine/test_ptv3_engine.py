@@ -33,6 +33,10 @@ TINY3 = ["model.ptv3.stride=[2]", "model.ptv3.enc_depths=[1, 1]", "model.ptv3.en
 
 
 PIPELINE = ["data.augment=pointcept_ptv3", "eval.protocol=ptv3"]      # PTv3's samples and test
+ONE_STAGE = [*(f"model.ptv3.{k}=[{v}]" for k, v in (("enc_depths", 2), ("enc_channels", 36), ("enc_num_head", 2),
+                                                      ("enc_patch_size", 64))),
+             *(f"model.ptv3.{k}=[]" for k in ("stride", "dec_depths", "dec_channels", "dec_num_head",
+                                               "dec_patch_size"))]     # one stage: no pooling, no decoder
 
 
 def train3(root, run, *extra, fold="1"):
@@ -69,6 +73,20 @@ def test_a_ptv3_fold_trains_with_mix3d_and_is_tested_with_its_protocol(ptv3_run,
     for room, n in rooms.items():
         pred = read_predictions(ptv3_run / "predictions" / "Area_1.h5", room)
         assert pred.shape == (n,) and int(pred.max()) < 13
+
+
+def test_a_one_stage_ptv3_trains_and_is_tested(two_folds, tmp_path):
+    """One stage (no pooling, no decoder), which Pointcept's PT-v3m1 builds and the network now builds too: the
+    config was refused at load ("expected at least 2 stages"); it trains a fold and tests it, the head on the
+    stage's own 36 channels, every room predicted."""
+    assert train3(two_folds, tmp_path, *ONE_STAGE) == 0
+    run = tmp_path / "area_1"
+    last = load_checkpoint(run / "last.pt")
+    assert last["model"]["seg_head.weight"].shape == (13, 36)
+    assert not any(k.startswith(("backbone.dec.", "backbone.enc.enc1")) for k in last["model"])
+    assert json.loads((run / "metrics.json").read_text())["complete"]
+    for room, n in list_rooms(two_folds / "Area_1.h5").items():
+        assert read_predictions(run / "predictions" / "Area_1.h5", room).shape == (n,)
 
 
 def test_a_checkpoint_of_one_backbone_refuses_the_other_in_one_line(ptv3_run, capsys):
@@ -145,9 +163,8 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_patch_size=[1024, 1024, 1024, 1024, 10000000]"],
      "model.ptv3.enc_patch_size[4]: expected an integer <= 65536"),
     ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.stride=[2, 3, 2, 2]"],
-     "model.ptv3.stride[1]: expected a power of two >= 2, got 3"),
-    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.stride=[1, 2, 2, 2]"],
-     "model.ptv3.stride[0]: expected a power of two >= 2, got 1"),
+     "model.ptv3.stride[1]: expected a power of two (1, 2, 4, 8, ...), got 3"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.stride=[1, 2, 2, 2]"], None),  # 2^0 as Pointcept
     (["model.backbone=ptv3", "model.pe=none"], "model.backbone=ptv3 takes samples with grid coordinates: expected "
      "data.augment=pointcept_ptv3 and eval.protocol=ptv3, got ptv1 and ptv1"),
     (["eval.protocol=ptv3"], "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1"),
@@ -158,11 +175,10 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
      "model.ptv3.order: expected at least one of z, z-trans, hilbert, hilbert-trans, got []"),
     ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", *(f"model.ptv3.{k}=[]" for k in (
         "stride", "enc_depths", "enc_channels", "enc_num_head", "enc_patch_size", "dec_depths", "dec_channels",
-        "dec_num_head", "dec_patch_size"))], "model.ptv3.enc_depths: expected at least 2 stages"),
-    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", *(f"model.ptv3.{k}=[{v}]" for k, v in (
-        ("enc_depths", 2), ("enc_channels", 32), ("enc_num_head", 2), ("enc_patch_size", 64))),
-      *(f"model.ptv3.{k}=[]" for k in ("stride", "dec_depths", "dec_channels", "dec_num_head", "dec_patch_size"))],
-     "model.ptv3.enc_depths: expected at least 2 stages"),  # one stage: no decoder stage for the head to read
+        "dec_num_head", "dec_patch_size"))], "model.ptv3.enc_depths: expected at least 1 stage"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", *ONE_STAGE], None),  # no decoder: the head reads the stage
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", *ONE_STAGE, "model.ptv3.dec_depths=[1]"],
+     "model.ptv3.dec_depths: expected 0 entries for the 1 stage of model.ptv3.enc_depths [2], got 1: [1]"),
 ])
 def test_each_backbone_takes_its_own_keys(overrides, message):
     if message is None:
@@ -176,7 +192,7 @@ def test_each_backbone_takes_its_own_keys(overrides, message):
 @pytest.mark.parametrize("config, extra, message", [
     (DEMO_CONFIG, ["eval.protocol=ptv3"], "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1"),
     (DEMO_CONFIG, ["data.augment=pointcept_ptv3"], "data.augment=pointcept_ptv3: PTv3's samples and test"),
-    (PTV3_DEMO, ["model.ptv3.stride=[3, 2]"], "model.ptv3.stride[0]: expected a power of two >= 2, got 3"),
+    (PTV3_DEMO, ["model.ptv3.stride=[3, 2]"], "model.ptv3.stride[0]: expected a power of two (1, 2, 4, 8, ...), got 3"),
     (PTV3_DEMO, ["model.ptv3.order=[]"], "model.ptv3.order: expected at least one of z, z-trans"),
     (PTV3_DEMO, ["model.pe=pointrope", "model.geope_learnable=true"], "model.geope_learnable=true: GeoPE's "
      "frequencies, but model.pe=pointrope turns at LitePT's fixed frequencies"),

@@ -14,7 +14,7 @@ points along each axis, summed over x, y, z; it is float32 (the table's dtype) a
 made: ``lingeope`` adds it to its float32 scores, as Pointcept adds its float32 RPE to ``q k^T`` (by type
 promotion, never rounded to q's precision), and :meth:`SerializedAttention.sdpa` casts it to the attention's
 dtype (float32 with the upcasts and a half-precision q, else q's, e.g. bf16 under autocast: SDPA takes a float
-mask of q's dtype only).
+mask of q's dtype only; autocast then casts all of them to its dtype).
 ``mask`` removes the empty slots of a cloud shorter than a patch. The positional encoding ``pe`` has one
 protocol, ``pe.attention(q, k, v, coord_patches, grid_patches, *, scale, dropout_p, attn_mask, sdpa)``
 (:class:`PatchEncoding`), given the patches' coordinates (P, K, 3) float
@@ -107,7 +107,8 @@ class SerializedAttention(nn.Module):
         order_index: which serialization order (row of ``serialized_order``) this layer uses.
         enable_rpe: add the :class:`RPE` bias (allowed with either partition: SDPA takes a bias).
         upcast_attention, upcast_softmax: attend in float32 when the features are half precision (float32 and
-            float64 features attend in their own dtype).
+            float64 features attend in their own dtype). Under autocast they change nothing: autocast casts
+            SDPA's inputs, float32 ones too, to its own dtype (CPU and CUDA).
         pe: the positional encoding, a :class:`PatchEncoding` (module docstring); None = none.
     Shapes:
         forward(point) -> (N, C), the attention output of ``point.feat`` (N, C), rows in input order.
@@ -163,8 +164,9 @@ class SerializedAttention(nn.Module):
              scale: float | None = None) -> Tensor:
         """This layer's one call of ``scaled_dot_product_attention`` (P, H, K, D) -> (P, H, K, D) in ``q``'s
         dtype: in float32 if ``upcast`` and ``q`` is half precision (float64 stays float64: an upcast never
-        lowers the precision), a float mask (the RPE bias) in the attention's precision, the heads padded to
-        :func:`sdpa_alignment` of the device (:func:`aligned_attention`)."""
+        lowers the precision; under autocast SDPA runs in autocast's dtype whatever the upcast), a float mask
+        (the RPE bias) in the attention's precision, the heads padded to :func:`sdpa_alignment` of the device
+        (:func:`aligned_attention`)."""
         dtype = q.dtype
         if self.upcast and torch.finfo(dtype).bits < 32:
             q, k, v = q.float(), k.float(), v.float()

@@ -46,7 +46,7 @@ def _encoder_only(enc_mode: bool | None, cls_mode: bool | None) -> bool:
 
 def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mode: bool) -> None:
     """A ``ValueError`` naming the argument whose length does not match the stages, or the pooling stride that
-    is no power of two >= 2."""
+    is no power of two (1, 2, 4, ...)."""
     if len(stride) != num_stages - 1:
         raise ValueError(f"expected stride of {num_stages - 1} values for {num_stages} stages, got {stride}")
     for name, value in enc.items():
@@ -57,7 +57,7 @@ def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mod
             raise ValueError(f"expected {name} of {num_stages - 1} values (stages - 1), got {value}")
     for s, value in enumerate(stride):
         problem = stride_problem(value)
-        if problem:      # (Pointcept's assertion lets 1 through, a pooling of shared voxels only: refused here)
+        if problem:
             raise ValueError(f"stride[{s}]: {problem}")
 
 

@@ -2,7 +2,8 @@
 
 Pooling with stride ``s = 2^d`` merges the points whose serialization codes agree once their last ``3 d`` bits
 are dropped, i.e. the points of one voxel of the grid ``grid_coord >> d`` (every curve nests, so the first
-order's code decides for all). For the M merged voxels (in the order of their codes)::
+order's code decides for all; ``s = 1`` keeps the grid and merges only the points that share a voxel). For
+the M merged voxels (in the order of their codes)::
 
     feat'  = reduce_{i in voxel} (feat_i W + b)          reduce = max (Pointcept's default), sum, mean, min
     coord' = mean_{i in voxel} coord_i,   grid' = grid >> d,   code' = code >> 3 d,   depth' = depth - d
@@ -38,11 +39,12 @@ from pointgeope.model.small_batch import SmallBatchError  # both backbones' erro
 
 
 def stride_problem(stride: int) -> str | None:
-    """What is wrong with a pooling ``stride``, or None: it must be ``2^d``, ``d >= 1`` (a voxel of the
-    coarser grid ``grid >> d`` is the points whose codes agree but for their last ``3 d`` bits). The one owner
-    of the rule: ``SerializedPooling`` and the config's check (``model.ptv3.stride``) ask it."""
-    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 2 or stride & (stride - 1):
-        return f"expected a power of two >= 2, got {stride!r}"
+    """What is wrong with a pooling ``stride``, or None: it must be ``2^d``, ``d >= 0`` (a voxel of the
+    coarser grid ``grid >> d`` is the points whose codes agree but for their last ``3 d`` bits; ``d = 0``, stride
+    1, keeps the grid and merges only the points that share a voxel, as Pointcept's assertion allows). The one
+    owner of the rule: ``SerializedPooling`` and the config's check (``model.ptv3.stride``) ask it."""
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1 or stride & (stride - 1):
+        return f"expected a power of two (1, 2, 4, 8, ...), got {stride!r}"
     return None
 
 __all__ = ["CoarsePoolingError", "SerializedPooling", "SerializedUnpooling", "SmallBatchError", "segment_reduce",

@@ -118,3 +118,35 @@ def test_upcasts_keep_float64_and_the_gradient_in_the_features_is_exact():
 
     torch.testing.assert_close(run(up, feat), run(plain, feat), rtol=1e-13, atol=1e-13)
     assert torch.autograd.gradcheck(lambda x: run(up, x), (feat,))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_under_autocast_the_upcasts_change_nothing(dtype):
+    """Autocast casts SDPA's inputs, the upcast float32 ones too, to its dtype (docs/ptv3.md says so; the
+    docstrings said the upcasts attend in float32 for half precision, which holds only for a network in half
+    precision without autocast): the network with the upcasts equals the one without, bit for bit."""
+    from pointgeope.model.ptv3 import PointTransformerV3
+
+    kw = dict(in_channels=3, order=("z", "hilbert"), stride=(2,), enc_depths=(2, 1), enc_channels=(12, 12),
+              enc_num_head=(2, 1), enc_patch_size=(5, 5), dec_depths=(1,), dec_channels=(12,), dec_num_head=(2,),
+              dec_patch_size=(5,), mlp_ratio=1, drop_path=0.0, enable_flash=False, enable_rpe=True)
+    torch.manual_seed(0)
+    plain = PointTransformerV3(**kw).eval()
+    up = PointTransformerV3(**kw, upcast_attention=True, upcast_softmax=True).eval()
+    up.load_state_dict(plain.state_dict())
+    gen = torch.Generator().manual_seed(1)
+    grid = torch.stack([(c := torch.randperm(216, generator=gen)[:40]) // 36, c // 6 % 6, c % 6], 1)
+    coord, feat, offset = grid * 0.1, torch.randn(40, 3, generator=gen), torch.tensor([25, 40])
+
+    def run(model):
+        torch.manual_seed(2)
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+            return model(coord, grid, feat, offset)
+
+    out = run(up)
+    assert out.dtype == dtype and torch.equal(out, run(plain))
+    with torch.no_grad():                                     # without autocast the upcast does act
+        torch.manual_seed(2)
+        half_up = up.to(dtype)(coord, grid, feat.to(dtype), offset)
+        torch.manual_seed(2)
+        assert not torch.equal(half_up, plain.to(dtype)(coord, grid, feat.to(dtype), offset))

@@ -154,13 +154,34 @@ def test_one_stage_without_enc_mode_is_the_encoder_stage():
     assert PTv3Segmentor(5, net.out_channels, net).eval()(**data).shape == (100, 5)
 
 
-@pytest.mark.parametrize("stride,line", [((2, 1), "stride[1]: expected a power of two >= 2, got 1"),
-                                         ((3, 2), "stride[0]: expected a power of two >= 2, got 3")])
+@pytest.mark.parametrize("stride,line", [((2, 6), "stride[1]: expected a power of two (1, 2, 4, 8, ...), got 6"),
+                                         ((3, 2), "stride[0]: expected a power of two (1, 2, 4, 8, ...), got 3"),
+                                         ((2, 0), "stride[1]: expected a power of two (1, 2, 4, 8, ...), got 0")])
 def test_a_bad_stride_names_its_entry(stride, line):
-    """The constructor named no argument ("expected a power of two >= 2, got 1", from the pooling it builds)."""
+    """The constructor named no argument ("expected a power of two >= 2, got 3", from the pooling it builds)."""
     with pytest.raises(ValueError) as err:
         PointTransformerV3(**dict(SMALL, stride=stride))
     assert str(err.value) == line
+
+
+def test_stride_one_builds_and_its_stage_keeps_every_voxel():
+    """Stride 1 = 2^0, which Pointcept's assertion accepts (it was refused): the stage after it keeps the
+    input's grid, so on a cloud of distinct voxels the encoder's last stage has every point; the full network
+    returns one row per point, in input order."""
+    torch.manual_seed(0)
+    data = cloud()
+    one = PointTransformerV3(**dict(SMALL, stride=(1,), enc_depths=(1, 1), enc_channels=(8, 16),
+                                    enc_num_head=(2, 2), enc_patch_size=(16, 16), dec_depths=(1,),
+                                    dec_channels=(8,), dec_num_head=(2,), dec_patch_size=(16,), enc_mode=True))
+    coarse = one.eval().forward_points(**data)
+    assert coarse.feat.shape == (100, 16)
+    assert sorted(map(tuple, coarse.grid_coord.tolist())) == sorted(map(tuple, data["grid_coord"].tolist()))
+    net = PointTransformerV3(**dict(SMALL, stride=(1, 2))).eval()
+    out = run(net, **data)
+    perm = torch.cat([torch.randperm(70), 70 + torch.randperm(30)])
+    moved = dict(data, coord=data["coord"][perm], grid_coord=data["grid_coord"][perm], feat=data["feat"][perm])
+    assert out.shape == (100, 8)
+    torch.testing.assert_close(run(net, **moved), out[perm], atol=1e-5, rtol=1e-5)
 
 
 # Pointcept's PT-v3m1 constructor (pointcept/models/point_transformer_v3/point_transformer_v3m1_base.py, v1.6.1 and

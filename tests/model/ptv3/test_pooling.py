@@ -160,3 +160,33 @@ def test_a_training_batch_of_one_point_is_a_user_error_at_the_stem():
                               "more; train on batches of two points or more")
     with torch.no_grad():                                    # eval: the running statistics, one row is fine
         assert net.eval()(**one).shape == (1, 8)
+
+
+def test_stride_one_keeps_the_grid_and_merges_only_shared_voxels():
+    """Stride 1 = 2^0 (Pointcept's assertion ``stride == 2 ** (ceil(stride) - 1).bit_length()`` lets it through;
+    it was refused here): the grid is kept, each voxel is one pooled point, and the points sharing a voxel are
+    merged: max of their projected features, mean of their coordinates. Reference from the definition, by
+    grouping the rows on (cloud, voxel)."""
+    grid = torch.tensor([[0, 0, 0], [1, 0, 0], [0, 0, 0], [2, 1, 3], [1, 0, 0], [0, 0, 0], [0, 0, 0], [5, 5, 5]])
+    coord = grid * 0.1 + torch.arange(8, dtype=torch.float64)[:, None] * 0.01
+    feat = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    offset = torch.tensor([5, 8])                                  # cloud 1 holds (0,0,0) twice and (5,5,5)
+    point = PointBatch.from_inputs(coord, grid, feat, offset)
+    point.serialize(("z", "hilbert"))
+    torch.manual_seed(0)
+    module = SerializedPooling(4, 3, stride=1, shuffle_orders=False).double().eval()
+    with torch.no_grad():
+        pooled = module(point)
+        projected = feat @ module.proj.weight.T + module.proj.bias
+    batch = [0] * 5 + [1] * 3
+    groups: dict = {}
+    for i, (b, g) in enumerate(zip(batch, grid.tolist(), strict=True)):
+        groups.setdefault((b, *g), []).append(i)
+    got = {(b, *g): row for row, (b, g) in enumerate(zip(pooled.batch.tolist(), pooled.grid_coord.tolist(),
+                                                          strict=True))}
+    assert sorted(got) == sorted(groups) and len(got) == 5
+    assert pooled.serialized_depth == point.serialized_depth
+    for voxel, members in groups.items():
+        torch.testing.assert_close(pooled.feat[got[voxel]], projected[members].amax(0), atol=1e-15, rtol=0)
+        torch.testing.assert_close(pooled.coord[got[voxel]], coord[members].mean(0), atol=1e-15, rtol=0)
+    assert [got[(b, *g)] for b, g in zip(batch, grid.tolist(), strict=True)] == pooled.pooling_inverse.tolist()
