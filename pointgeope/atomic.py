@@ -254,22 +254,34 @@ _MADE: dict[Path, tuple[int, int]] = {}
 def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     """Create ``path`` if needed and check, by writing a temporary file into it, that it can be written;
     a :class:`~pointgeope.errors.UserError` naming it otherwise (before any long work starts). The folders
-    it makes (``path`` and its missing parents) are recorded for :func:`remove_made_folders`."""
+    it makes (``path`` and its missing parents) are recorded for :func:`remove_made_folders`.
+
+    A folder removed between its ``mkdir`` and the test write is made once more: another command, refused,
+    removes the empty folders it made (:func:`remove_made_folders`), and ``path`` may be one it made that this
+    command has just found there."""
     path = Path(path)
     check_folder_path(path, what)
-    absolute = Path(os.path.abspath(path))
-    missing = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        for folder in missing:
-            if (made := _folder_identity(folder)) is not None:
-                _MADE[folder] = made
-        with tempfile.TemporaryFile(dir=path):
-            pass
+        try:
+            _make_writable(path)
+        except FileNotFoundError:  # removed under us (a refused command's cleanup): once more
+            _make_writable(path)
     except OSError as err:
         raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); make it writable or give "
                         "a folder you can write") from None
     return path
+
+
+def _make_writable(path: Path) -> None:
+    """``mkdir -p path``, the folders it made recorded (:data:`_MADE`), and a temporary file written into it."""
+    absolute = Path(os.path.abspath(path))
+    missing = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
+    path.mkdir(parents=True, exist_ok=True)
+    for folder in missing:
+        if (made := _folder_identity(folder)) is not None:
+            _MADE[folder] = made
+    with tempfile.TemporaryFile(dir=path):
+        pass
 
 
 def _folder_identity(path: Path) -> tuple[int, int] | None:

@@ -260,3 +260,49 @@ def test_a_refusal_removes_no_folder_another_process_made_in_the_place_of_its_ow
         with folder_lock(run / "x" / "out"):
             pass
     assert (run / "x").is_dir() and not (run / "x" / "out").exists()
+
+
+
+def _remove_first(monkeypatch, module, name, made):
+    """Patch ``module.name`` so that just before its first call another command's refusal runs
+    (:func:`remove_made_folders` of ``made``, which that command made): the interleaving in which a folder this
+    command has just found vanishes under it. The calls' arguments, in a list."""
+    from pointgeope.atomic import remove_made_folders
+
+    real, calls = getattr(module, name), []
+
+    def interleaved(*args, **kwargs):
+        if not calls:
+            remove_made_folders(made)
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, interleaved)
+    return calls
+
+
+def test_a_command_whose_folder_a_refused_one_removes_before_its_lock_file_takes_the_lock(tmp_path, monkeypatch):
+    """Another command made ``RUN/x`` and was refused; this one found ``RUN/x`` (nothing of its own in it yet), the
+    other removed it, and this one's open of ``RUN/x/.lock`` gave a FileNotFoundError traceback."""
+    from pointgeope import lock
+    from pointgeope.atomic import writable_folder
+
+    folder = tmp_path / "run" / "x"
+    writable_folder(folder)  # the other command's: it made run and run/x
+    calls = _remove_first(monkeypatch, lock, "_open_locked", folder)
+    with folder_lock(folder):
+        assert (folder / LOCK_NAME).is_file()
+    assert [args for args, _ in calls] == [(folder / LOCK_NAME,)] * 2  # the first found no folder: made again
+    assert folder.is_dir() and not (folder / LOCK_NAME).exists()  # released
+
+
+def test_a_folder_removed_between_its_mkdir_and_the_test_write_is_made_again(tmp_path, monkeypatch):
+    """The same interleaving one step earlier, at ``writable_folder``'s test write: it said the folder "cannot
+    be written into (No such file or directory)", a wrong reason."""
+    from pointgeope import atomic
+
+    folder = tmp_path / "run" / "x"
+    atomic.writable_folder(folder)  # the other command's
+    calls = _remove_first(monkeypatch, atomic.tempfile, "TemporaryFile", folder)
+    assert atomic.writable_folder(folder) == folder and folder.is_dir()
+    assert [kwargs["dir"] for _, kwargs in calls] == [folder, folder]  # the first found no folder: made again
