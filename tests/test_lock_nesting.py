@@ -60,16 +60,25 @@ def holder():
             _kill(pid)
 
 
+def refusal(folder, other, pid: int, command: str, around: bool = False) -> str:
+    """The regex of the whole line refusing ``folder``, which lies inside ``other`` (``around``: holds it), a
+    folder that pid ``pid`` running ``command`` (a regex) is writing: where, who, and what to do."""
+    here, there = re.escape(str(folder)), re.escape(str(other))
+    if around:
+        return (rf"^{here} holds {there}, which pid {pid} \(`{command}`\) is writing; give an output folder that does "
+                rf"not contain {there}, or wait for that command to end \(its lock: "
+                rf"{re.escape(str(other / LOCK_NAME))}\)$")
+    return (rf"^{here} lies inside {there}, which pid {pid} on .* is writing \(`{command}`\); give an output folder "
+            rf"outside {there}, or wait for that command to end$")
+
+
 def test_an_output_folder_inside_a_held_folder_is_refused_until_its_holder_is_killed(tmp_path, holder):
     """``predict --out RUN/area_1/predictions`` while ``train`` holds ``RUN/area_1``: both wrote there, each
     under its own lock."""
     fold = tmp_path / "run" / "area_1"
     pid = holder(fold)
     inner = fold / "predictions"
-    with pytest.raises(LockError, match=rf"^{re.escape(str(inner))} lies inside {re.escape(str(fold))}, which pid "
-                                        rf"{pid} on .* is writing \(`pointgeope train --config x.yaml`\); give "
-                                        rf"an output folder outside {re.escape(str(fold))}, or wait for that command "
-                                        r"to end$"):
+    with pytest.raises(LockError, match=refusal(inner, fold, pid, r"pointgeope train --config x\.yaml")):
         with folder_lock(inner):
             pass
     assert not (inner / LOCK_NAME).exists()  # ours released on the refusal
@@ -86,10 +95,7 @@ def test_a_folder_around_a_held_folder_is_refused(tmp_path, holder):
     fold = tmp_path / "run" / "area_1"
     pid = holder(fold / "predictions")
     for outer in (fold, tmp_path):
-        with pytest.raises(LockError, match=rf"^{re.escape(str(outer))} holds {re.escape(str(fold / 'predictions'))}, "
-                                            rf"which pid {pid} \(`.*-c .*`\) is writing; give an output folder that "
-                                            rf"does not contain .*, or wait for that command to end \(its lock: "
-                                            rf"{re.escape(str(fold / 'predictions' / LOCK_NAME))}\)$"):
+        with pytest.raises(LockError, match=refusal(outer, fold / "predictions", pid, ".*-c .*", around=True)):
             with folder_lock(outer):
                 pass
         assert not (outer / LOCK_NAME).exists()
@@ -306,3 +312,30 @@ def test_a_folder_removed_between_its_mkdir_and_the_test_write_is_made_again(tmp
     calls = _remove_first(monkeypatch, atomic.tempfile, "TemporaryFile", folder)
     assert atomic.writable_folder(folder) == folder and folder.is_dir()
     assert [kwargs["dir"] for _, kwargs in calls] == [folder, folder]  # the first found no folder: made again
+
+
+CHILD_HOLDER = """
+import sys, time
+from pointgeope.lock import folder_lock
+with folder_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="the look below reads /proc/locks (Linux)")
+def test_a_holder_below_that_is_this_commands_child_has_no_descriptor_read(tmp_path, monkeypatch):
+    """``ablate`` holds ``RUN`` while its trial (a child) holds ``RUN/t/area_1``: the same command, never refused,
+    so the look below has no reason to read the child's open files (it read them all, then asked)."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD_HOLDER, str(tmp_path / "run" / "t" / "area_1")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "locked\n"
+        reads, readlink = [], os.readlink
+        monkeypatch.setattr(os, "readlink", lambda path, *a, **k: reads.append(str(path)) or readlink(path, *a, **k))
+        with folder_lock(tmp_path / "run"):
+            pass
+        assert [path for path in reads if path.startswith(f"/proc/{child.pid}/fd/")] == []
+    finally:
+        child.kill()
+        child.wait()
