@@ -270,8 +270,9 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
             _make_writable(path, made)
     except OSError as err:
         _unmake(made)
-        raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); make it writable or give "
-                        "a folder you can write") from None
+        fix = ("give a shorter name" if err.errno == errno.ENAMETOOLONG else
+               "make it writable or give a folder you can write")
+        raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); {fix}") from None
     return path
 
 

@@ -220,12 +220,13 @@ def test_only_the_names_atomic_path_makes_are_leftovers(tmp_path):
 
 
 def test_a_folder_refused_part_way_leaves_none_of_the_folders_it_made(tmp_path):
-    """``mkdir -p KEPT/a/b/<a name too long>`` made ``a`` and ``b`` before its last part failed: they stayed."""
+    """``mkdir -p KEPT/a/b/<a name too long>`` made ``a`` and ``b`` before its last part failed: they stayed (and
+    the line said to make the folder writable)."""
     from pointgeope.atomic import _MADE, writable_folder
     from pointgeope.errors import UserError
 
     (tmp_path / "kept").mkdir()
-    with pytest.raises(UserError, match=r"cannot write into it \(File name too long\)"):
+    with pytest.raises(UserError, match=r"cannot write into it \(File name too long\); give a shorter name$"):
         writable_folder(tmp_path / "kept" / "a" / "b" / ("x" * 300))
     assert [p.name for p in tmp_path.rglob("*")] == ["kept"] and not any(tmp_path in p.parents for p in _MADE)
 
