@@ -6,11 +6,11 @@ scripts' syntax trees, so it covers the scripts too slow to run in the suite (th
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
-from tests.bench.conftest import BENCH
-
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 OWNERS = {"bench_io.py", "gpu_record.py"}
 RECORDERS = {"provenance", "run_record", "tree_state", "host"}
 WRITERS = {"save_json", "dump", "write_text_atomic"}
