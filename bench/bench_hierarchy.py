@@ -305,7 +305,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from pointgeope.info import device_summary
 
-    result = {"device": args.device, "device_summary": device_summary(), "torch": torch.__version__,
+    result = {"device": args.device, "device_summary": device_summary(),
               "provenance": provenance(torch.get_num_threads(), ("numpy", "torch", "numba", "pykdtree")),
               "cpu_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
               "points": args.points, "strides": STRIDES,

@@ -79,19 +79,24 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return f"{names[0]} x {len(names)}" if names else ""
 
 
+def host() -> dict:
+    """The machine a run ran on, the one owner of these keys in every result (:func:`provenance`, the GPU
+    check's ``host``): Python's version, the platform, the processor, :func:`cpu_model`, the CPU count and the
+    1-minute load average now."""
+    return {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
+            "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
+
+
 def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("numpy", "torch"),
                tree: Path = ROOT) -> dict:
     """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` (this
     repository; a script timing the package found on ``PYTHONPATH`` passes that checkout) outside
     :data:`OUTPUTS`, tracked files only, the
-    ``threads`` the run timed (one count, or the counts of a run that times several), the installed version
-    of each of ``packages`` (None where absent), Python, the platform, the CPU count and the 1-minute load
-    average when it was taken (take it at the run's start: the commit is then the code that was imported), and
-    :func:`cpu_model`."""
+    ``threads`` the run timed (one count, or the counts of a run that times several; None for a script that
+    times nothing), the installed version of each of ``packages`` (None where absent) and :func:`host` when it
+    was taken (take it at the run's start: the commit is then the code that was imported)."""
     return {**git_state(tree, exclude=(OUTPUTS,)), "threads": threads, "versions": {p: _version(p) for p in packages},
-            "python": platform.python_version(), "platform": platform.platform(),
-            "processor": platform.processor(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
-            "load_average_1min": os.getloadavg()[0]}
+            **host()}
 
 
 def out_path(out: Path | None, committed: Path, smoke: bool) -> Path:

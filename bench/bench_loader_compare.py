@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_io import ROOT, git_commit, save_json, tree_dirty
+from bench_io import OUTPUTS, ROOT, git_state, provenance, save_json
 
 
 def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
@@ -42,13 +42,12 @@ def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
 def workers_only(args) -> dict:
     """``--procs`` workers of this checkout at once: the medians per sample (the first of each dropped) and
     ``batch_s``, what those workers take for a batch of ``--batch`` samples with their hierarchies."""
-    block, hierarchy = [], []
+    run_provenance, block, hierarchy = provenance(1), [], []    # at the start: the code the workers import
     for run in one_run(ROOT, args.procs, args.samples):
         block += run["block_s"][1:]
         hierarchy += run["hierarchy_s"][1:]
     per_sample = float(np.median(block)) + float(np.median(hierarchy))
-    return {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "procs": args.procs,
-            "batch": args.batch,
+    return {"provenance": run_provenance, "procs": args.procs, "batch": args.batch,
             "block_median_s": round(float(np.median(block)), 4),
             "hierarchy_median_s": round(float(np.median(hierarchy)), 4),
             "batch_s": round(per_sample * args.batch / args.procs, 4),
@@ -74,14 +73,14 @@ def main() -> int:
     if args.before is None:
         parser.error("--before is required (or --workers-only)")
     trees = {"before": args.before.resolve(), "after": ROOT}
+    run_provenance, before = provenance(1), git_state(trees["before"], exclude=(OUTPUTS,))
     times = {(name, procs): {"block": [], "hierarchy": []} for name in trees for procs in sorted({1, args.procs})}
     for _ in range(args.rounds):
         for (name, procs), acc in times.items():
             for run in one_run(trees[name], procs, args.samples):
                 acc["block"] += run["block_s"][1:]
                 acc["hierarchy"] += run["hierarchy_s"][1:]
-    out = {"commit": git_commit(), "dirty": tree_dirty(), "before": str(trees["before"]),
-           "before_commit": git_commit(tree=trees["before"]), "cpu_count": os.cpu_count(),
+    out = {"provenance": run_provenance, "before": {"tree": str(trees["before"]), **before},
            "load_average_end": list(os.getloadavg()), "rounds": args.rounds, "samples_per_process": args.samples - 1,
            "time": "seconds per 80k-point sample, one thread per process, median over rounds and processes",
            "cases": {}}

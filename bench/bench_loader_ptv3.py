@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit, save_json, tree_dirty
+from bench_io import provenance, save_json
 from data_prep.synth.dataset import synth_room
 from pointgeope.data.dataset import room_sample, sample_rng
 from pointgeope.data.normals import estimate_normals
@@ -58,6 +58,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/bench_loader_ptv3.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
+    run = provenance(1, ("numpy", "torch", "numba"))       # at the start: the code this run imports
     room = synth_room("bench", 5, 0)              # Area_5's first room
     coord, color = room.coord(), room.rgb
     label = np.zeros(coord.shape[0], np.uint8)
@@ -75,11 +76,9 @@ def main() -> int:
             times[name].append(time.perf_counter() - start)
             points[name].append(int(data.pos.shape[0]))
     med = {name: float(np.median(t[1:])) for name, t in times.items()}
-    out = {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "threads": 1,
-           "room_points": int(coord.shape[0]),
-           "load_average_end": list(os.getloadavg()),
-           "time": "seconds per training sample from a room in memory, one thread, median without the first",
-           "machine": "shared: 2 cores, other jobs running (see load_average_end); read the ratios, not the seconds",
+    out = {"provenance": run, "room_points": int(coord.shape[0]), "load_average_end": list(os.getloadavg()),
+           "time": "seconds per training sample from a room in memory, one thread, median without the first; "
+                   "on a shared machine (provenance, load_average_end) read the ratios, not the seconds",
            "normal_estimate_s": round(estimate_s, 2),
            "median_s": {k: round(v, 4) for k, v in med.items()}, "ptv3_over_ptv1": round(med["ptv3"] / med["ptv1"], 3),
            "ptv3_normal_over_ptv3": round(med["ptv3_normal"] / med["ptv3"], 3),

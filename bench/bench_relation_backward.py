@@ -38,8 +38,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interleave
-from bench_io import git_commit, save_json, tree_dirty
+from bench_io import save_json
 from bench_model import synthetic_room
+from gpu_record import run_record
 from pointgeope.geope import frequencies
 from pointgeope.model import fused_attention, gather_backward
 from pointgeope.model.kernel_check import sync, timed
@@ -169,9 +170,8 @@ def main() -> None:
     coords = [coord]
     for s in range(1, len(STRIDES)):
         coords.append(coords[-1][h.samples[s]])
-    result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__,
-              "clouds": args.clouds,
+    result = {"device": args.device,
+              "run": run_record(args.device), "clouds": args.clouds,
               "points": args.points, "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()},
               "stages": {}, "sweep": {}}
     for s in args.stages:

@@ -30,7 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit, save_json, tree_dirty
+from bench_io import provenance, save_json
 from bench_model import synthetic_room
 from bench_train_step import sgd_learner, step_batch
 from pointgeope.engine.step import train_step
@@ -97,8 +97,7 @@ def main() -> int:
     parser.add_argument("--label", default="current")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    run = {"commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "points": args.points,
-           "clouds": args.clouds,
+    run = {"provenance": provenance(1), "points": args.points, "clouds": args.clouds,
            "presets": {pe: step_copies(pe, args.points, args.clouds) for pe in args.presets}}
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     results[args.label] = run

@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_io import git_commit, save_json, tree_dirty
+from bench_io import provenance, save_json
 from bench_train_step import make_inputs, sgd_learner, step_batch
 from pointgeope.engine.step import train_step
 from pointgeope.model import PointTransformerSeg, stage_memo
@@ -119,8 +119,7 @@ def main() -> int:
     args = parser.parse_args()
     x = make_inputs(args.points, args.clouds, torch.device("cpu"), PointTransformerSeg().hierarchy_spec)
     batch = step_batch(x["coord"], x["feat"], x["offset"], x["label"], x["hierarchy"])
-    out = {"commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "points": args.points,
-           "clouds": args.clouds, "presets": {}}
+    out = {"provenance": provenance(args.threads), "points": args.points, "clouds": args.clouds, "presets": {}}
     for preset in args.presets:
         out["presets"][preset] = measure(preset, batch, args.reps, args.threads)
         print(preset, out["presets"][preset], flush=True)

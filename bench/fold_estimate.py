@@ -134,8 +134,9 @@ def main() -> int:
         out[path.name] = estimate(steps, spec)
         print(table(path.name, out[path.name]))
     if args.out:
-        from bench_io import save_json
-        save_json(args.out, {"formula": "hours_k = (floor(R_k * loop / batch_size) * epochs * step_s + "
+        from bench_io import provenance, save_json
+        save_json(args.out, {"provenance": provenance(None, ()),   # the commit of this formula; nothing timed
+                             "formula": "hours_k = (floor(R_k * loop / batch_size) * epochs * step_s + "
                                         "AREA_ROOMS[k] * room_s) / 3600; fold_h = max_k hours_k",
                              "recipe": spec, "runs": out})
     return 0

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import tarfile
 import time
 from pathlib import Path
 
-from bench_io import save_json
+from bench_io import host, save_json
 from gpu_record import tree_state
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,8 +33,7 @@ class Check:
             self.env["OMP_NUM_THREADS"] = str(args.threads)
         # the tree as the call found it, before any step writes (its outputs under bench/results/ do not count)
         self.result = {"device": args.device, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "tree": tree_state(),
-                       "host": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                "load_average_start": os.getloadavg()},
+                       "host": host(),   # the load average at the start; write() adds the latest
                        "steps": {}}
 
     def left(self) -> float:

@@ -61,7 +61,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit, save_json, tree_dirty
+from bench_io import provenance, save_json
 from launch_counter import (  # noqa: F401 - LaunchCounter, cuda_choices: the tests' names here
     PHASES,
     TEST_PHASES,
@@ -191,8 +191,8 @@ def main() -> int:
         return 0
     import pointgeope
 
-    out = {"commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__,
-           "points": args.points, "clouds": args.clouds, "package": str(Path(pointgeope.__file__).parent),
+    out = {"provenance": provenance(1), "points": args.points, "clouds": args.clouds,
+           "package": str(Path(pointgeope.__file__).parent),
            "what": args.what, "amp": args.amp,
            "counted": f"aten ops but views/metadata/allocations, plus Triton launches; {COUNTED[args.what]}, "
                       f"hierarchy given, CUDA's default kernel choices, amp {args.amp} (bench/launch_count.py)"}

@@ -254,22 +254,51 @@ _MADE: dict[Path, tuple[int, int]] = {}
 def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     """Create ``path`` if needed and check, by writing a temporary file into it, that it can be written;
     a :class:`~pointgeope.errors.UserError` naming it otherwise (before any long work starts). The folders
-    it makes (``path`` and its missing parents) are recorded for :func:`remove_made_folders`."""
+    it makes (``path`` and its missing parents) are recorded for :func:`remove_made_folders`.
+
+    A folder removed between its ``mkdir`` and the test write is made once more: another command, refused,
+    removes the empty folders it made (:func:`remove_made_folders`), and ``path`` may be one it made that this
+    command has just found there. Refused (a name too long, a folder it cannot write), it removes the empty
+    folders it made on the way."""
     path = Path(path)
     check_folder_path(path, what)
+    made: list[Path] = []
+    try:
+        try:
+            _make_writable(path, made)
+        except FileNotFoundError:  # removed under us (a refused command's cleanup): once more
+            _make_writable(path, made)
+    except OSError as err:
+        _unmake(made)
+        fix = ("give a shorter name" if err.errno == errno.ENAMETOOLONG else
+               "make it writable or give a folder you can write")
+        raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); {fix}") from None
+    return path
+
+
+def _make_writable(path: Path, made: list[Path]) -> None:
+    """``mkdir -p path``, the folders it made recorded (:data:`_MADE`) and appended to ``made`` (those made
+    before a part fails too), and a temporary file written into it."""
     absolute = Path(os.path.abspath(path))
     missing = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
     try:
         path.mkdir(parents=True, exist_ok=True)
+    finally:
         for folder in missing:
-            if (made := _folder_identity(folder)) is not None:
-                _MADE[folder] = made
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); make it writable or give "
-                        "a folder you can write") from None
-    return path
+            if (identity := _folder_identity(folder)) is not None:
+                _MADE[folder] = identity
+                made.append(folder)
+    with tempfile.TemporaryFile(dir=path):
+        pass
+
+
+def _unmake(made: list[Path]) -> None:
+    """Remove the folders of ``made`` (this call of :func:`writable_folder` made them), the deepest first, where
+    each is still the folder made and empty; their records forgotten."""
+    for folder in sorted(set(made), key=lambda f: len(f.parts), reverse=True):
+        if _MADE.pop(folder, None) == _folder_identity(folder):
+            with contextlib.suppress(OSError):  # not empty: it stays, and so does every folder above it
+                folder.rmdir()
 
 
 def _folder_identity(path: Path) -> tuple[int, int] | None:

@@ -147,6 +147,23 @@ def _open_locked(path: Path) -> int:
         os.close(fd)
 
 
+def _open_in(folder: Path) -> int:
+    """:func:`_open_locked` of ``folder``'s lock file, the folder made once more where it is gone since
+    :func:`~pointgeope.atomic.writable_folder` made or found it: another command, refused, removes the empty
+    folders it made (:func:`~pointgeope.atomic.remove_made_folders`), and ``folder`` may be one of them that this
+    command found there an instant before. The remover cannot tell: nothing of ours is in the folder until our
+    lock file is, and once it is the folder is not empty and stays. A folder gone twice is one line."""
+    try:
+        return _open_locked(folder / LOCK_NAME)
+    except FileNotFoundError:
+        writable_folder(folder)
+    try:
+        return _open_locked(folder / LOCK_NAME)
+    except FileNotFoundError:
+        raise LockError(f"{folder}: removed by another process while this command took its lock there, twice; "
+                        "run it again once nothing else removes that folder") from None
+
+
 def _claim(fd: int, folder: Path, path: Path, what: str) -> None:
     """Write this process's record into the lock ``fd`` it holds; a record left by a live process of
     another host (or any live one where ``flock`` is missing) is a LockError, a dead one's is taken over."""
@@ -293,7 +310,7 @@ def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> It
     """
     folder = writable_folder(folder)  # created; a file, a link that loops or an unwritable folder: one line
     path = folder / LOCK_NAME
-    fds = [_open_locked(path)]
+    fds = [_open_in(folder)]
     try:
         _claim(fds[0], folder, path, what)
     except BaseException:

@@ -84,16 +84,18 @@ def _lock_files(pid: int, folder: Path) -> list[Path]:
 def _held_below(folder: Path, mine: set[int]) -> tuple[Path, int] | None:
     """A folder below ``folder`` whose ``.lock`` another command of this host holds now, and its holder's pid.
     Each holder's descriptors are read once, whatever the number of its locks (``/proc/locks`` has a line per
-    lock: read per line, a holder of 500 locks and 5,000 descriptors cost 2.5 million ``readlink``, a minute)."""
+    lock: read per line, a holder of 500 locks and 5,000 descriptors cost 2.5 million ``readlink``, a minute),
+    and not at all for a holder that is this command (``mine``, or a child of this process: ``ablate``'s trials)."""
     held = flocks("WRITE")
     inodes: dict[int, set[int]] = {}
     for pid, inode in held or ():
-        if pid not in mine:
-            inodes.setdefault(pid, set()).add(inode)
+        inodes.setdefault(pid, set()).add(inode)
     for pid, theirs in inodes.items():
+        if _same_command(pid, mine):  # asked once a holder, before its descriptors are read
+            continue
         for path in _lock_files(pid, folder):
             with contextlib.suppress(OSError):
-                if os.stat(path).st_ino in theirs and not _same_command(pid, mine):
+                if os.stat(path).st_ino in theirs:
                     return path.parent, pid
     return None
 

@@ -217,3 +217,32 @@ def test_only_the_names_atomic_path_makes_are_leftovers(tmp_path):
     if any(c not in "0123456789abcdef" for c in Path(name).name.split(".")[-2]):  # 1 in 500 is all hex
         others.append(Path(name))
     assert remove_leftovers(tmp_path) == [] and all(p.exists() for p in others)
+
+
+def test_a_folder_refused_part_way_leaves_none_of_the_folders_it_made(tmp_path):
+    """``mkdir -p KEPT/a/b/<a name too long>`` made ``a`` and ``b`` before its last part failed: they stayed (and
+    the line said to make the folder writable)."""
+    from pointgeope.atomic import _MADE, writable_folder
+    from pointgeope.errors import UserError
+
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(UserError, match=r"cannot write into it \(File name too long\); give a shorter name$"):
+        writable_folder(tmp_path / "kept" / "a" / "b" / ("x" * 300))
+    assert [p.name for p in tmp_path.rglob("*")] == ["kept"] and not any(tmp_path in p.parents for p in _MADE)
+
+
+def test_a_folder_made_that_cannot_be_written_is_removed_with_its_parents_made(tmp_path, monkeypatch):
+    """A new folder the test write is refused in (a umask that leaves it unwritable; simulated: root writes
+    anywhere) stayed, with the parents made for it; one that was there before stays."""
+    from pointgeope import atomic
+    from pointgeope.errors import UserError
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(atomic.tempfile, "TemporaryFile", refused)
+    (tmp_path / "kept").mkdir()
+    for target in (tmp_path / "kept" / "a" / "b", tmp_path / "kept"):
+        with pytest.raises(UserError, match=r"cannot write into it \(Permission denied\)"):
+            atomic.writable_folder(target)
+        assert [p.name for p in tmp_path.rglob("*")] == ["kept"]

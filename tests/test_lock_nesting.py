@@ -60,16 +60,25 @@ def holder():
             _kill(pid)
 
 
+def refusal(folder, other, pid: int, command: str, around: bool = False) -> str:
+    """The regex of the whole line refusing ``folder``, which lies inside ``other`` (``around``: holds it), a
+    folder that pid ``pid`` running ``command`` (a regex) is writing: where, who, and what to do."""
+    here, there = re.escape(str(folder)), re.escape(str(other))
+    if around:
+        return (rf"^{here} holds {there}, which pid {pid} \(`{command}`\) is writing; give an output folder that does "
+                rf"not contain {there}, or wait for that command to end \(its lock: "
+                rf"{re.escape(str(other / LOCK_NAME))}\)$")
+    return (rf"^{here} lies inside {there}, which pid {pid} on .* is writing \(`{command}`\); give an output folder "
+            rf"outside {there}, or wait for that command to end$")
+
+
 def test_an_output_folder_inside_a_held_folder_is_refused_until_its_holder_is_killed(tmp_path, holder):
     """``predict --out RUN/area_1/predictions`` while ``train`` holds ``RUN/area_1``: both wrote there, each
     under its own lock."""
     fold = tmp_path / "run" / "area_1"
     pid = holder(fold)
     inner = fold / "predictions"
-    with pytest.raises(LockError, match=rf"^{re.escape(str(inner))} lies inside {re.escape(str(fold))}, which pid "
-                                        rf"{pid} on .* is writing \(`pointgeope train --config x.yaml`\); give "
-                                        rf"an output folder outside {re.escape(str(fold))}, or wait for that command "
-                                        r"to end$"):
+    with pytest.raises(LockError, match=refusal(inner, fold, pid, r"pointgeope train --config x\.yaml")):
         with folder_lock(inner):
             pass
     assert not (inner / LOCK_NAME).exists()  # ours released on the refusal
@@ -86,10 +95,7 @@ def test_a_folder_around_a_held_folder_is_refused(tmp_path, holder):
     fold = tmp_path / "run" / "area_1"
     pid = holder(fold / "predictions")
     for outer in (fold, tmp_path):
-        with pytest.raises(LockError, match=rf"^{re.escape(str(outer))} holds {re.escape(str(fold / 'predictions'))}, "
-                                            rf"which pid {pid} \(`.*-c .*`\) is writing; give an output folder that "
-                                            rf"does not contain .*, or wait for that command to end \(its lock: "
-                                            rf"{re.escape(str(fold / 'predictions' / LOCK_NAME))}\)$"):
+        with pytest.raises(LockError, match=refusal(outer, fold / "predictions", pid, ".*-c .*", around=True)):
             with folder_lock(outer):
                 pass
         assert not (outer / LOCK_NAME).exists()
@@ -260,3 +266,76 @@ def test_a_refusal_removes_no_folder_another_process_made_in_the_place_of_its_ow
         with folder_lock(run / "x" / "out"):
             pass
     assert (run / "x").is_dir() and not (run / "x" / "out").exists()
+
+
+
+def _remove_first(monkeypatch, module, name, made):
+    """Patch ``module.name`` so that just before its first call another command's refusal runs
+    (:func:`remove_made_folders` of ``made``, which that command made): the interleaving in which a folder this
+    command has just found vanishes under it. The calls' arguments, in a list."""
+    from pointgeope.atomic import remove_made_folders
+
+    real, calls = getattr(module, name), []
+
+    def interleaved(*args, **kwargs):
+        if not calls:
+            remove_made_folders(made)
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, interleaved)
+    return calls
+
+
+def test_a_command_whose_folder_a_refused_one_removes_before_its_lock_file_takes_the_lock(tmp_path, monkeypatch):
+    """Another command made ``RUN/x`` and was refused; this one found ``RUN/x`` (nothing of its own in it yet), the
+    other removed it, and this one's open of ``RUN/x/.lock`` gave a FileNotFoundError traceback."""
+    from pointgeope import lock
+    from pointgeope.atomic import writable_folder
+
+    folder = tmp_path / "run" / "x"
+    writable_folder(folder)  # the other command's: it made run and run/x
+    calls = _remove_first(monkeypatch, lock, "_open_locked", folder)
+    with folder_lock(folder):
+        assert (folder / LOCK_NAME).is_file()
+    assert [args for args, _ in calls] == [(folder / LOCK_NAME,)] * 2  # the first found no folder: made again
+    assert folder.is_dir() and not (folder / LOCK_NAME).exists()  # released
+
+
+def test_a_folder_removed_between_its_mkdir_and_the_test_write_is_made_again(tmp_path, monkeypatch):
+    """The same interleaving one step earlier, at ``writable_folder``'s test write: it said the folder "cannot
+    be written into (No such file or directory)", a wrong reason."""
+    from pointgeope import atomic
+
+    folder = tmp_path / "run" / "x"
+    atomic.writable_folder(folder)  # the other command's
+    calls = _remove_first(monkeypatch, atomic.tempfile, "TemporaryFile", folder)
+    assert atomic.writable_folder(folder) == folder and folder.is_dir()
+    assert [kwargs["dir"] for _, kwargs in calls] == [folder, folder]  # the first found no folder: made again
+
+
+CHILD_HOLDER = """
+import sys, time
+from pointgeope.lock import folder_lock
+with folder_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="the look below reads /proc/locks (Linux)")
+def test_a_holder_below_that_is_this_commands_child_has_no_descriptor_read(tmp_path, monkeypatch):
+    """``ablate`` holds ``RUN`` while its trial (a child) holds ``RUN/t/area_1``: the same command, never refused,
+    so the look below has no reason to read the child's open files (it read them all, then asked)."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD_HOLDER, str(tmp_path / "run" / "t" / "area_1")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "locked\n"
+        reads, readlink = [], os.readlink
+        monkeypatch.setattr(os, "readlink", lambda path, *a, **k: reads.append(str(path)) or readlink(path, *a, **k))
+        with folder_lock(tmp_path / "run"):
+            pass
+        assert [path for path in reads if path.startswith(f"/proc/{child.pid}/fd/")] == []
+    finally:
+        child.kill()
+        child.wait()

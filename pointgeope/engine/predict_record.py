@@ -25,11 +25,11 @@ commit are not told apart (nothing records the edits), so a scan skipped whose r
 uncommitted changes says so in its skip line (``--force`` predicts it again). A record of a version that
 named no commit is predicted again once.
 
-The input's checksum: ``sha256`` of the file (:func:`pointgeope.checksum.file_checksum`, about 0.08 s for
-100 MB, less than reading the scan; size and time would miss a file rewritten within the clock's step,
-and would count a copy or a ``touch`` as a change), of the whole area file for a room of a prepared
-``Area_N.h5`` (computed once per file, and not at all where the area's check took it: an area file listed in
-its ``manifest.json``, ``ScanRef.checksum``), of every file of a raw room folder
+The input's checksum: ``sha256`` of the file (:func:`pointgeope.checksum.file_checksum`, 0.25 s per
+100 MB on a shared 2-core machine: ``bench/bench_checksum.py``; size and time would miss a file rewritten
+within the clock's step, and would count a copy or a ``touch`` as a change), of the whole area file for a
+room of a prepared ``Area_N.h5`` (computed once per file, and not at all where the area's check took it: an
+area file listed in its ``manifest.json``, ``ScanRef.checksum``), of every file of a raw room folder
 (:func:`~pointgeope.checksum.folder_checksum`). The options are those that change the outputs:
 ``--format``, ``--probabilities``, ``--scale``, ``--max-extent``, and the views, vote, fragment cap,
 protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval.*`` overrides: every

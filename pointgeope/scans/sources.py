@@ -217,7 +217,11 @@ def prepared_roots(inputs: list[str | Path]) -> list[Path]:
     """The data roots whose prepared area files the inputs name, given or in a given folder (the folders of
     the files named as ``prepare`` names them, :func:`pointgeope.h5.prepared_root`), once each: ``predict``
     reads them under :func:`pointgeope.lock.reader_lock`, as a prepare into one rewrites them. A folder that
-    cannot be listed adds none (:func:`find_scans` reports it)."""
+    cannot be listed adds none (:func:`find_scans` reports it), nor does a fold's predictions file, which
+    ``evaluate`` names as ``prepare`` names an area file (``RUN/area_K/predictions/Area_K.h5``): no prepare
+    writes there, and the reader lock's ``.readers.lock``, which stays, made ``predictions/`` another writer's
+    folder, whose temporary files a killed ``evaluate`` left were never removed
+    (:func:`pointgeope.atomic.remove_leftovers`)."""
     from pointgeope.h5 import prepared_root
 
     roots: list[Path] = []
@@ -226,8 +230,23 @@ def prepared_roots(inputs: list[str | Path]) -> list[Path]:
             files = sorted(item.iterdir()) if item.is_dir() else [item]
         except OSError:
             continue
-        roots += [root for root in map(prepared_root, files) if root is not None and root not in roots]
+        for file in files:
+            root = prepared_root(file)
+            if root is not None and root not in roots and not _fold_predictions(file):
+                roots.append(root)
     return roots
+
+
+def _fold_predictions(path: Path) -> bool:
+    """Whether ``path`` is a fold's predictions file (root attribute ``kind``: ``predictions``); False for any
+    other file, and for one that cannot be read (:func:`find_scans` says why)."""
+    from pointgeope.h5 import SchemaError
+    from pointgeope.h5_predictions import predictions_area
+
+    try:
+        return predictions_area(path)[1] == "predictions"
+    except (SchemaError, OSError):
+        return False
 
 
 def find_scans(inputs: list[str | Path], out: str | Path | None = None,

@@ -32,7 +32,7 @@ from pointgeope.atomic import atomic_open
 from pointgeope.plural import counted
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
-from pointgeope.text_codec import HEAD, detect
+from pointgeope.text_codec import HEAD, detect, printable
 
 EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
 _CHUNK = 1 << 20  # lines written per np.savetxt call
@@ -131,11 +131,16 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
 def _hint(text: str) -> str:
     """What to do about a line that is not numbers, from what it holds: NUL bytes between the characters (UTF-16
     without a byte-order mark whose first character is not ASCII: no rule tells it from UTF-8,
-    :mod:`pointgeope.text_codec`), a byte that did not decode (U+FFFD: Latin-1 or another 8-bit code page), or
-    ``;`` (the separator of Excel's CSV in locales whose decimal mark is a comma); ``""`` when none."""
+    :mod:`pointgeope.text_codec`), control characters no text holds (:func:`~pointgeope.text_codec.printable`: an
+    array of 16- or 32-bit numbers whose first is an ASCII code reads as UTF-16 or UTF-32 without a mark, ``d\x05``
+    for 100, 5), a byte that did not decode (U+FFFD: Latin-1 or another 8-bit code page), or ``;`` (the separator
+    of Excel's CSV in locales whose decimal mark is a comma); ``""`` when none."""
     if "\x00" in text:  # first: such a line's non-ASCII first character is a U+FFFD too
         return ("; NUL bytes between the characters: UTF-16 text without a byte-order mark, its first character not "
                 "ASCII? save the file as UTF-8 (or ASCII) text")
+    if not printable(text.replace("\ufffd", "").rstrip("\x1a")):  # (a DOS end-of-file mark, Ctrl-Z, is text's)
+        return ("; control characters, no text: a binary file (an array of numbers?) with a text suffix? give the "
+                "points as text lines, or as a .npy or .ply file")
     if "\ufffd" in text:
         return "; save the file as UTF-8 (or ASCII) text"
     if ";" in text:

@@ -91,3 +91,18 @@ def test_pyg_layer_refuses_two_compared_files_of_one_name(monkeypatch, tmp_path,
     assert exit_info.value.code == 2
     assert "--compare: expected files of distinct names" in err and f"{files[0]}, {files[1]}" in err
     assert "/tmp/conv_2.py" in err
+
+
+def test_checksum_quick_run_scales_each_sides_median_round_to_100_mb(monkeypatch, tmp_path):
+    import bench_checksum
+
+    out = tmp_path / "checksum.json"
+    monkeypatch.setattr(sys, "argv", ["bench_checksum.py", "--mb", "2", "--reps", "3", "--out", str(out)])
+    assert bench_checksum.main() == 0
+    got = json.loads(out.read_text())
+    assert got["provenance"]["threads"] == 1 and got["mb"] == 2
+    for side in ("file_checksum", "sha256_in_memory"):
+        seconds = sorted(got[side]["seconds"])             # 3 rounds: the median is the middle one
+        assert len(seconds) == 3 and got[side]["seconds_per_100mb"] == pytest.approx(seconds[1] * 50, abs=1e-4)
+        assert got[side]["fastest_per_100mb"] == pytest.approx(seconds[0] * 50, abs=1e-4)
+        assert got[side]["gb_per_s"] == pytest.approx(0.002 / seconds[1], abs=6e-4)  # rounded to 3 digits

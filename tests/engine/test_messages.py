@@ -46,12 +46,18 @@ def test_num_classes_below_the_datas_says_to_set_it(tmp_path, capsys, two_folds)
 
 
 def test_predict_of_a_predictions_file_says_what_it_is(tiny_run, tmp_path, capsys):
-    """Before: "expected schema_version 1, got None; re-run `pointgeope prepare`"."""
-    preds = tiny_run / "predictions" / "Area_1.h5"
-    line = one_line(capsys, 2, ["predict", str(tiny_run), str(preds), "--out", str(tmp_path / "o")])
+    """Before: "expected schema_version 1, got None; re-run `pointgeope prepare`". The refused command leaves no
+    ``predictions/.readers.lock``: predict took the file, named ``Area_1.h5``, for a prepared area and read-locked
+    its folder; the lock file stayed, and the fold's evaluate then took ``predictions/`` for another writer's
+    folder, whose temporary files it left (a later test of this process failed so)."""
+    fold = tmp_path / "area_1"
+    shutil.copytree(tiny_run, fold)
+    preds = fold / "predictions" / "Area_1.h5"
+    line = one_line(capsys, 2, ["predict", str(fold), str(preds), "--out", str(tmp_path / "o")])
     assert line == (f"pointgeope predict: error: {preds}: a fold's predictions file (labels only, written by "
                     "evaluate), not a prepared area file or a scan: give the scan, or the prepared area "
                     "(data.root/Area_N.h5)")
+    assert sorted(p.name for p in preds.parent.iterdir()) == ["Area_1.h5"]
 
 
 def test_info_check_without_triton_says_so(monkeypatch, capsys):

@@ -320,3 +320,21 @@ def test_a_room_whose_annotations_folder_is_spelt_otherwise_says_to_rename_it(tm
                              f"is spelt annotations: rename it Annotations to read {room} as a raw room (its objects, "
                              "with their labels); known extensions: .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, "
                              ".xyz",)
+
+
+def test_a_folds_predictions_file_is_no_data_root_to_read_lock(tmp_path):
+    """``evaluate`` names a fold's predictions ``Area_K.h5``, as prepare names an area file: predict read-locked
+    ``RUN/area_K/predictions``, whose ``.readers.lock`` stayed. A file of that name that is no fold's predictions
+    (an area, or one that cannot be read, which find_scans reports) still names its folder."""
+    from pointgeope.h5_predictions import write_predictions
+    from pointgeope.scans.sources import prepared_roots
+
+    preds = tmp_path / "run" / "area_1" / "predictions"
+    preds.mkdir(parents=True)
+    write_predictions(preds / "Area_1.h5", "Area_1", {"office_1": np.zeros(3, np.uint8)}, {})
+    (tmp_path / "data").mkdir()
+    write_area(tmp_path / "data" / "Area_2.h5", "Area_2", {"office_1": {"coord": np.eye(3), "label": np.zeros(3)}})
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "Area_3.h5").write_bytes(b"not hdf5")
+    got = prepared_roots([preds / "Area_1.h5", preds, tmp_path / "data" / "Area_2.h5", tmp_path / "copy"])
+    assert got == [tmp_path / "data", tmp_path / "copy"]

@@ -267,3 +267,14 @@ def test_a_comma_in_a_comment_does_not_make_the_values_comma_separated(tmp_path)
     scan = read_text(tmp_path / "c.txt")
     np.testing.assert_array_equal(scan.coord, [[1.5, 2, 3], [2.5, 2, 3]])
     np.testing.assert_array_equal(scan.color, [[10, 20, 30], [40, 50, 60]])
+
+
+@pytest.mark.parametrize("dtype", ["<i4", ">i4", "<i2", ">u2"])
+def test_an_array_whose_first_number_is_an_ascii_code_is_called_binary(tmp_path, dtype):
+    """16- and 32-bit numbers ``100 5 7 ...`` fit a row of YAML's table without a mark (``64 00 00 00``): decoded
+    as UTF-32 or UTF-16 they are ``'d\\x05\\x07'``, and the line said only that this is not a number."""
+    np.array([100, 5, 7, 3, 2, 1] * 4, dtype).tofile(tmp_path / "a.txt")
+    with pytest.raises(ScanError, match=r":1: expected lines of numbers .*is not a number\); control characters, "
+                                        r"no text: a binary file \(an array of numbers\?\) with a text suffix\? give "
+                                        r"the points as text lines, or as a \.npy or \.ply file$"):
+        read_text(tmp_path / "a.txt")
