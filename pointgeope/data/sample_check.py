@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pointgeope.recorded_text import repr_bounded
+
 __all__ = ["ROW", "check_sample"]
 
 ROW = "row"   # the sample array of each point's row in its room, made only to name a refused point
@@ -47,7 +49,7 @@ def check_sample(dataset, index: int, x: Tensor) -> None:
     head = (f"expected finite x (the features of training sample {index}), got {int(bad.sum())} NaN or infinite "
             f"entries, {at}")
     if rows is None or len(rows) != x.shape[0]:
-        raise ValueError(f"{head}; check the dataset's transform ({dataset.transform!r})")
+        raise ValueError(f"{head}; check the dataset's transform ({repr_bounded(dataset.transform, 300)})")
     stored = dataset.store.read(room)
     names = [name for name in _STORED if name in stored]
     for name in names:           # one non-finite stored value makes others too (the shift by the room's minimum)
@@ -58,4 +60,4 @@ def check_sample(dataset, index: int, x: Tensor) -> None:
                              f"which prepare refuses: {room.path} is not the file prepare wrote; run `pointgeope "
                              f"prepare` again into {room.path.parent}")
     raise ValueError(f"{head}; the room's stored {', '.join(names)} are finite, so the sample's pipeline made it: "
-                     f"check its transform ({dataset.transform!r}) on that point")
+                     f"check its transform ({repr_bounded(dataset.transform, 300)}) on that point")

@@ -57,8 +57,10 @@ def test_a_ptv3_sample_names_the_room_and_its_point(prepared):
     pipeline = Compose([SpoilOnePoint(), CenterShift(True), GridSample(1e-4), CenterShift(False), NormalizeColor()])
     ds = S3DISTrainPTv3(root, ["Area_1"], grid_size=1e-4, loop=1, transform=pipeline)
     with pytest.raises(ValueError, match=rf"the first at point {POINT} of room 'room_2' of Area_1 .*; the room's "
-                                         r"stored coord, color are finite, so the sample's pipeline made it"):
+                                         r"stored coord, color are finite, so the sample's pipeline made it") as err:
         ds[_room_2_index(ds)]
+    line = str(err.value)   # the pipeline's repr spans lines: said on one
+    assert "\n" not in line and "check its transform (Compose([ SpoilOnePoint(), CenterShift(" in line, line
 
 
 def test_a_stored_normal_that_is_not_finite_names_the_file_and_says_to_prepare_again(prepared, tmp_path):
