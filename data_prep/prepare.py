@@ -42,7 +42,8 @@ class Stock:
         refused: area -> room -> ``{"reason", "signature"}``, the rooms not written; ``manifest.json``
             keeps them, so that an unchanged refused room is not parsed again.
         checksums: area -> checksum of the ``Area_N.h5`` on disk, when it is trusted (``previous``).
-        todo: the rooms to parse now, as worker tasks ``(source, room, work file, limits)``.
+        todo: the rooms to parse now, as worker tasks ``(source, room, work file, limits, held)``: ``held`` is
+            ``None``, or ``(file holding it, data_prep.stale's need)`` for a room renewed from its stored record.
     """
 
     areas: list[str]
@@ -165,14 +166,16 @@ def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> tup
 def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest: dict) -> Stock:
     """Step 2 without parsing: each room of RAW is held (by ``Area_N.h5`` or a work file), refused
     before, or to parse, by comparing its signature with the one stored where it was written; a held room
-    whose normals are not this version's is to have them estimated again (``data_prep.stale``)."""
-    from data_prep.stale import PARSE, stale
+    whose normals are not this version's is to have them estimated again, one without the colour record to have
+    it recorded (``data_prep.stale``)."""
+    from data_prep.stale import NORMALS, PARSE, stale
     from pointgeope.data.normal_record import current, describe
     from pointgeope.h5 import area_path, read_rooms_attrs
 
     stock = Stock(areas=list(dict.fromkeys(r.area for r in rooms)))
     old_refused = old_manifest.get("refused", {}) if isinstance(old_manifest.get("refused"), dict) else {}
-    renewed: dict[str, int] = {}  # area -> rooms held with another normal estimate (or none), estimated again
+    renewed: dict[tuple[str, str], int] = {}  # (area, need) -> rooms held with another normal estimate (or none),
+    # estimated again, or without the colour record, recorded
     for area in stock.areas:
         stock.ready[area], stock.refused[area] = {}, {}
         previous, stock.checksums[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
@@ -188,29 +191,33 @@ def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest
             held = held[0][1:] if held else None
             if held is not None and held[2] is None:
                 stock.ready[area][room.name], stock.held[area, room.name] = held[1], held[0]
-            elif held is not None:  # only its normals: estimated again from its stored coord
-                stock.todo.append((source, room, work_file, cfg.limits, held[0]))
-                renewed[area] = renewed.get(area, 0) + 1
+            elif held is not None:  # only its normals (estimated again from its stored coord) or colour record
+                stock.todo.append((source, room, work_file, cfg.limits, (held[0], held[2])))
+                renewed[area, held[2]] = renewed.get((area, held[2]), 0) + 1
             elif was_refused.get("signature") == sig:
                 stock.refused[area][room.name] = was_refused
             else:
                 stock.todo.append((source, room, work_file, cfg.limits, None))
-    for area, n in renewed.items():
+    for (area, need), n in renewed.items():
         print(f"note: {area}: {_count(n, 'room')} stored without this version's normals (an older prepare): estimating "
-              f"them again from their stored points ({describe(current())}), their raw files not parsed again",
-              file=sys.stderr)
+              f"them again from their stored points ({describe(current())}), their raw files not parsed again"
+              if need == NORMALS else f"note: {area}: {_count(n, 'room')} stored before prepare recorded the rooms "
+              "without colour (an older prepare): reading their stored colours to record it, their normals and raw "
+              "files as they are", file=sys.stderr)
     return stock
 
 
 def _parse_room(task):
     """Worker: parse one room into its work file (or, where the task names the file holding it, estimate its
     normals again: ``data_prep.renormal``); return what the summary needs (not the arrays)."""
-    from data_prep.renormal import renormal_room
+    from data_prep.renormal import recorded_room, renormal_room
     from data_prep.room import load_room
+    from data_prep.stale import NORMALS
     from pointgeope.h5 import write_room_file
 
     source, room, path, limits, held = task
-    data = load_room(source, room, limits) if held is None else renormal_room(held, room.name)
+    data = (load_room(source, room, limits) if held is None else
+            renormal_room(held[0], room.name) if held[1] == NORMALS else recorded_room(held[0], room.name))
     if data.refused is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_room_file(path, room.name, data.arrays, data.attrs)
@@ -225,10 +232,13 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     from tqdm import tqdm
 
     from data_prep.pool import parallel_map
+    from data_prep.stale import NORMALS
 
     todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
-    stats = {a: {"parsed": 0, "renewed": 0, "bytes": 0, "seconds": 0.0, "normals": 0.0} for a in stock.areas}
-    renewed = {(task[1].area, task[1].name) for task in todo if task[4] is not None}  # normals estimated again
+    stats = {a: {"parsed": 0, "renewed": 0, "recorded": 0, "bytes": 0, "seconds": 0.0, "normals": 0.0}
+             for a in stock.areas}
+    renewed = {(task[1].area, task[1].name): "renewed" if task[4][1] == NORMALS else "recorded"
+               for task in todo if task[4] is not None}  # normals estimated again, or the colour record added
     t_parse = time.perf_counter()
     with parallel_map(_parse_room, todo, cfg.jobs) as results:
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
@@ -241,7 +251,7 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
                 bar.write(f"warning: {area}/{name}: refused, not written: {reason}", file=sys.stderr)
                 stock.refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
-            s["renewed" if (area, name) in renewed else "parsed"] += 1
+            s[renewed.get((area, name), "parsed")] += 1
             s["bytes"] += num_bytes
             s["seconds"], s["normals"] = s["seconds"] + seconds[0] - seconds[1], s["normals"] + seconds[1]
     return stats, time.perf_counter() - t_parse

@@ -9,6 +9,10 @@ point limits) matches, unless it was stored by an older prepare in a way this on
   the ``normal_version`` attribute (a prepare before it; so that a folder holds the bytes of a fresh prepare): its
   normals are estimated again from its stored ``coord`` (``data_prep.renormal``; its raw files are not parsed
   again), and the area file rewritten, resumably like any prepare;
+- with this version's normals but without the colour record (``no_color``, :mod:`pointgeope.data.color_record`:
+  a prepare of the hour between the two): its stored colours are read to record it (``data_prep.renormal``; its
+  normals and raw files as they are), and the area file rewritten as above, so that ``train`` warns of a room
+  without colour as it does for a fresh prepare's;
 - with coordinates far from 0 stored as float32 as they came, where a prepare now stores them minus an
   ``origin`` (:func:`_lossy`): parsed again.
 """
@@ -18,17 +22,21 @@ import sys
 from pathlib import Path
 
 NORMALS = "normals"  # stale(): only its normals are not this prepare's
+RECORD = "record"  # stale(): only its colour record is missing
 PARSE = "parse"  # stale(): parse it again
 
 
 def stale(path: Path, room, attrs: dict) -> str | None:
     """What the stored ``room`` (``attrs`` its attributes in ``path``) needs (module docstring): ``None`` (up
-    to date), :data:`NORMALS` or :data:`PARSE`."""
+    to date), :data:`NORMALS`, :data:`RECORD` or :data:`PARSE`."""
+    from pointgeope.data.color_record import NO_COLOR
     from pointgeope.data.normal_record import is_current
 
     if _lossy(path, room, attrs):
         return PARSE
-    return None if is_current(attrs) else NORMALS
+    if not is_current(attrs):
+        return NORMALS
+    return None if NO_COLOR in attrs else RECORD
 
 
 def _lossy(path: Path, room, attrs: dict) -> bool:

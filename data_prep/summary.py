@@ -39,9 +39,10 @@ def print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: s
                 remapped[name] = remapped.get(name, 0) + n
         path = area_path(out, area)
         parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "
-                  f"MB/s per worker, normals {s['normals']:.1f} s" if s["parsed"] else "all up to date" if not
-                  s["renewed"] else f"normals {s['normals']:.1f} s") + (f", {s['renewed']} with normals estimated "
-                                                                         "again" if s["renewed"] else "")
+                  f"MB/s per worker, normals {s['normals']:.1f} s" if s["parsed"] else f"normals {s['normals']:.1f} s"
+                  if s["renewed"] else "all up to date" if not s.get("recorded") else "none parsed") + (
+            f", {s['renewed']} with normals estimated again" if s["renewed"] else "") + (
+            f", {s['recorded']} with the colour record added" if s.get("recorded") else "")
         written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"
         print(f"{area}: {_count(len(rooms), 'room')} ({parsed}), {sum(counts):,} points; {written}")
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts, strict=True)))
@@ -76,12 +77,19 @@ def _size(num_bytes: float) -> str:
 
 
 def _work_text(stats: dict, t_parse: float, jobs: int) -> str:
-    """What the workers did: the text parsed (its rate), else the rooms whose normals alone were renewed."""
-    total = {key: sum(s[key] for s in stats.values()) for key in ("parsed", "renewed", "bytes", "normals")}
+    """What the workers did: the text parsed (its rate), else the rooms whose normals alone were renewed, or whose
+    colour record was added."""
+    total = {key: sum(s.get(key, 0) for s in stats.values())
+             for key in ("parsed", "renewed", "recorded", "bytes", "normals")}
     normals = f"--jobs {jobs}; normals {total['normals']:.1f} s of the workers' time"
     again = _count(total["renewed"], "room") if total["renewed"] else ""
+    recorded = (f"added the colour record of {_count(total['recorded'], 'room')} from their stored colours"
+                if total["recorded"] else "")
     if total["parsed"]:
         return (f"parsed {_size(total['bytes'])} in {t_parse:.1f} s ({total['bytes'] / 1e6 / max(t_parse, 1e-9):.1f}"
-                f" MB/s, {normals}" + (f", {again} with normals estimated again" if again else "") + ")")
-    return (f"parsed nothing; estimated the normals of {again} again from their stored points in "
-            f"{t_parse:.1f} s ({normals})" if again else "parsed nothing (every room up to date)")
+                f" MB/s, {normals}" + (f", {again} with normals estimated again" if again else "")
+                + (f"; {recorded}" if recorded else "") + ")")
+    if again:
+        return (f"parsed nothing; estimated the normals of {again} again from their stored points in "
+                f"{t_parse:.1f} s ({normals})" + (f"; {recorded}" if recorded else ""))
+    return f"parsed nothing; {recorded} in {t_parse:.1f} s" if recorded else "parsed nothing (every room up to date)"

@@ -77,24 +77,67 @@ def check_phase_scales(base: float, pos_scale: float | None, lowest: float, axes
     made in float32, where a frequency below the smallest normal number loses its bits and, below ``2^-150``,
     rounds to 0: that block never turns, without a word. The bound cannot say whether the phases of the caller's
     positions are still resolved (float32 keeps 24 bits: at ``|k p| >= 2^24`` rad its step exceeds 1 rad); that is
-    the positions', said where they are read (``pointgeope.nn``'s phase warning)."""
+    the positions', said where they are read (``pointgeope.nn``'s phase warning).
+
+    The message names the quantity out of range (the frequency ``base^e``, or the phase per unit ``k``), its bound
+    and value, and the range of the argument that mends it at the other's value (:func:`_fitting`): ``pos_scale``
+    where ``k(0) = pos_scale / axes`` is out, else ``base``."""
     per = f" / {axes}" if axes != 1 else ""
     if pos_scale is None:                                       # PointROPE: radians per grid cell, base^e
-        scale, names, given = 1.0, "base", f"base={base!r}"
+        scale, given = 1.0, f"base={base!r}"
     else:
-        scale, names, given = pos_scale, "base and pos_scale", f"base={base!r}, pos_scale={pos_scale!r}"
-    for e in (lowest, 0.0):
+        scale, given = pos_scale, f"base={base!r}, pos_scale={pos_scale!r}"
+    phase = f"phase per unit {'pos_scale * ' * (pos_scale is not None)}base^e{per}"
+    for e in (0.0, lowest):                                     # at e = 0 the phase is pos_scale's alone
         try:
             w = base ** e
         except OverflowError:                                   # e.g. (1e-320) ** -1
             w = math.inf
         for value, what, top, shown in ((w, "frequency base^e", _FLOAT32_MAX, "FLT_MAX"),
-                                        (scale * w / axes, f"phase per unit {'pos_scale * ' * (pos_scale is not None)}"
-                                         f"base^e{per}", PHASE_SCALE_MAX, "2^66")):
+                                        (scale * w / axes, phase, PHASE_SCALE_MAX, "2^66")):
             if not PHASE_SCALE_MIN <= value <= top:
-                side = "overflow float32 (NaN features)" if value > top else "round to 0 in float32 (no rotation)"
-                raise ValueError(f"expected {names} whose {what} lies in [2^-126, {shown}] for e in [{lowest:.4g}, "
-                                 f"0], got {value:.4g} at e = {e:.4g} ({given}): its phases would {side}")
+                names = "base" if what.startswith("frequency") or pos_scale is None else "base and pos_scale"
+                why, mend = _out_of_range(what, value > top), _fitting(scale, lowest, axes, e, pos_scale, base)
+                raise ValueError(f"expected {names} whose {what} lies in [2^-126, {shown}] for e in [{lowest:.4g}, 0], "
+                                 f"got {value:.4g} at e = {e:.4g} ({given}): {why}; {mend}")
+
+
+def _out_of_range(what: str, over: bool) -> str:
+    """What a frequency or phase scale out of :func:`check_phase_scales`'s range does (``over``: above it)."""
+    if what.startswith("frequency"):
+        return ("that frequency overflows float32 (an infinite entry of the float32 table: NaN features)" if over else
+                "that frequency is below float32's normal range (its block turns by rounded angles or, below "
+                "2^-150, not at all)")
+    return ("positions up to 2^61 apart per axis (the point ops' limit) would turn by phases that overflow float32 "
+            "(NaN features)" if over else "that phase per unit is below float32's normal range (its block turns by "
+            "rounded angles or, below 2^-150, not at all)")
+
+
+def _fitting(scale: float, lowest: float, axes: int, e: float, pos_scale: float | None, base: float) -> str:
+    """The values that :func:`check_phase_scales` takes, for its message: ``pos_scale`` at this ``base`` where the
+    phase at ``e = 0`` is out (``pos_scale / axes``: ``pos_scale base^e / axes`` within the bounds at both ends of
+    ``e``), else ``base`` at this ``pos_scale`` (``base^lowest`` within ``[max(2^-126, axes 2^-126 / scale),
+    min(FLT_MAX, axes 2^66 / scale)]``); each end moved inwards by 0.1 %, so that the four significant digits shown
+    are taken too."""
+    if e == 0.0:                                                # pos_scale / axes is out: no base mends that
+        try:
+            w = base ** lowest
+        except OverflowError:
+            w = math.inf
+        lo, hi = axes * PHASE_SCALE_MIN / min(1.0, w) * 1.001, axes * PHASE_SCALE_MAX / max(1.0, w) * 0.999
+        return f"pos_scale within [{lo:.4g}, {hi:.4g}] fits at base={base!r}"
+    low = max(PHASE_SCALE_MIN, axes * PHASE_SCALE_MIN / scale)
+    high = min(_FLOAT32_MAX, axes * PHASE_SCALE_MAX / scale)
+
+    def base_at(x: float) -> float:                             # base^lowest = x (lowest < 0: decreasing)
+        try:
+            return math.exp(math.log(x) / lowest)
+        except OverflowError:
+            return math.inf
+
+    lo, hi = base_at(high) * 1.001, base_at(low) * 0.999
+    at = f" at pos_scale={pos_scale!r}" if pos_scale is not None else ""
+    return f"base >= {lo:.4g} fits{at}" if math.isinf(hi) else f"base within [{lo:.4g}, {hi:.4g}] fits{at}"
 
 
 def check_finite(name: str, value: Tensor) -> None:

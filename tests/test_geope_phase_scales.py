@@ -5,6 +5,7 @@ features (an overflowed phase) or blocks that never turned (a frequency rounded 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -28,7 +29,8 @@ def test_the_largest_phase_scale_keeps_the_widest_displacement_finite_and_the_ne
     assert not torch.isfinite(relative_geope(x, CORNERS[:1], CORNERS[1:], torch.tensor([2.0 ** 67]), True)).all()
     with pytest.raises(ValueError, match=r"expected base and pos_scale whose phase per unit pos_scale \* base\^e / 3 "
                                          r"lies in \[2\^-126, 2\^66\] for e in \[0, 0\], got 7.379e\+19 at e = 0 "
-                                         r"\(base=100.0, pos_scale=.*\): its phases would overflow float32"):
+                                         r"\(base=100.0, pos_scale=.*\): positions up to 2\^61 apart per axis .* "
+                                         r"overflow float32"):
         GeoPE(3, pos_scale=3 * math.nextafter(PHASE_SCALE_MAX, math.inf))
 
 
@@ -37,7 +39,8 @@ def test_the_smallest_phase_scale_is_a_normal_float32_and_the_next_below_is_refu
     turns."""
     low = GeoPE(3, pos_scale=3 * PHASE_SCALE_MIN)
     assert low.block_scale(torch.float32, torch.device("cpu")).item() == PHASE_SCALE_MIN
-    with pytest.raises(ValueError, match=r"got 5.877e-39 at e = 0 .*: its phases would round to 0 in float32"):
+    with pytest.raises(ValueError, match=r"got 5.877e-39 at e = 0 .*: that phase per unit is below float32's normal "
+                                         r"range"):
         GeoPE(3, pos_scale=3 * PHASE_SCALE_MIN / 2)
 
 
@@ -50,7 +53,7 @@ def test_the_base_is_bounded_through_the_last_blocks_frequency():
         GeoPE(6, base=2.0 ** -201, pos_scale=3.0)
     low = GeoPE(6, base=2.0 ** 375, pos_scale=3.0).block_scale(torch.float64, "cpu").tolist()
     assert low == [1.0, pytest.approx(2.0 ** -125, rel=1e-14)]
-    with pytest.raises(ValueError, match=r"at e = -0.3333 .*round to 0 in float32"):
+    with pytest.raises(ValueError, match=r"at e = -0.3333 .*below float32's normal range"):
         GeoPE(6, base=2.0 ** 381, pos_scale=3.0)
 
 
@@ -75,5 +78,32 @@ def test_pointrope_bounds_its_base():
     with pytest.raises(ValueError) as err:
         PointRoPEQK(12, base=2.0 ** -134)
     assert str(err.value) == ("expected base whose phase per unit base^e lies in [2^-126, 2^66] for e in [-0.5, 0], "
-                              f"got 1.476e+20 at e = -0.5 (base={2.0 ** -134!r}): its phases would overflow float32 "
-                              "(NaN features)")
+                              f"got 1.476e+20 at e = -0.5 (base={2.0 ** -134!r}): positions up to 2^61 apart per "
+                              "axis (the point ops' limit) would turn by phases that overflow float32 (NaN features); "
+                              "base within [1.839e-40, 7.23e+75] fits")
+
+
+@pytest.mark.parametrize("channels, kw, what, named", [
+    (12, dict(base=1e-300, pos_scale=10.0), "frequency", "base"),   # w = 1e150: the frequency itself overflows
+    (12, dict(base=1e300, pos_scale=1.0), "frequency", "base"),     # w = 1e-150: below float32's normal range
+    (6, dict(base=2.0 ** -201, pos_scale=3.0), "phase", "base"),    # w = 2^67 fits, the phase per unit does not
+    (3, dict(pos_scale=1e30), "phase", "pos_scale"),                # pos_scale / 3 alone is out: no base mends it
+    (12, dict(base=1e4, pos_scale=1e-37), "phase", "base"),      # fits at e = 0, not at its last block
+])
+def test_the_message_names_what_is_out_of_range_and_the_values_that_fit(channels, kw, what, named):
+    """The message said "its phases would overflow" where the frequency base^e itself was out of float32's range;
+    it now names the quantity that is out (the frequency, or the phase per unit), and the range of the argument
+    that mends it at the other's value: both ends of that range build, a value 1 % beyond either is refused."""
+    with pytest.raises(ValueError) as err:
+        GeoPE(channels, **kw)
+    line = str(err.value)
+    quantity = "frequency base^e lies in" if what == "frequency" else "phase per unit pos_scale * base^e"
+    assert quantity in line and ("that frequency" in line) == (what == "frequency"), line
+    found = re.search(rf"; {named} within \[(\S+), (\S+)\] fits at (base|pos_scale)=", line)
+    assert found, line
+    lo, hi = float(found[1]), float(found[2])
+    for value in (lo, hi):
+        GeoPE(channels, **{**kw, named: value})
+    for value in (lo / 1.01, hi * 1.01):
+        with pytest.raises(ValueError):
+            GeoPE(channels, **{**kw, named: value})

@@ -161,6 +161,36 @@ def test_an_ablations_run_folder_without_a_report_is_named(tmp_path, capsys):
         f"`pointgeope report {run / '<preset>' / 'seed_<s>'}` reports one trial"]
 
 
+def test_an_older_ablations_report_is_named_where_that_version_wrote_it(tmp_path, capsys):
+    """ablate wrote one report for the folder, RUN/report/ablation.md, before it wrote one a fold
+    (RUN/report/fold_K/, 2026-11-27): ``report RUN`` of such a folder, every trial complete, said "no report yet (no
+    trial has finished: ...)"."""
+    run = tmp_path / "abl"
+    for preset in ("rpe", "geope"):
+        write_fold(run / preset / "seed_0", 1, perfect())
+    (run / "report").mkdir()
+    (run / "report" / "ablation.md").write_text("# Ablation: rpe, geope x seeds 0, fold 1\n")
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope report: error: {run}: an ablation's run folder (pointgeope ablate), not a training's: its "
+        f"report is {run / 'report' / 'ablation.md'} (an older pointgeope's, one for the folder: its ablate command, "
+        "run again, skips the complete trials and writes one a fold, report/fold_K); "
+        f"`pointgeope report {run / '<preset>' / 'seed_<s>'}` reports one trial"]
+
+
+@pytest.mark.parametrize("finished", [1, 2])
+def test_an_ablation_stopped_before_its_report_counts_its_complete_trials(tmp_path, capsys, finished):
+    """ablate stopped after its trials but before the report (or an older ablate's trial that went on without it):
+    ``report RUN`` said "no trial has finished" of complete trials."""
+    run = tmp_path / "abl"
+    write_fold(run / "rpe" / "seed_0", 1, perfect())
+    write_fold(run / "geope" / "seed_0", 1, perfect(), complete=finished == 2)
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"not a training's: no report yet ({finished} of 2 trials complete: rerun its ablate command to " \
+           f"{'write it' if finished == 2 else 'continue the others and write it'}); `pointgeope report" in line, line
+
+
 def test_an_unfinished_folds_damaged_epochs_are_said_on_one_line_and_marked(tmp_path, capsys):
     """An unfinished fold's ``metrics.json`` whose ``epochs`` holds a newline (edited or damaged): the note and the
     fold's table row say it as repr writes it, marked (looks damaged), each on one line; sound counts as they are.

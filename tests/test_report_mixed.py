@@ -17,14 +17,17 @@ from tests.test_report import perfect, write_fold
 
 def _fold(run, k, *overrides, config_in_metrics=False):
     """A complete fold whose settings are the defaults with ``overrides``: in ``config.yaml`` as train
-    writes it, or in ``metrics.json`` as evaluate records it."""
+    writes it, with the eval keys an evaluate of before the ``config`` record wrote into ``metrics.json`` (``vote``,
+    ``max_fragments``), or in ``metrics.json`` as evaluate records it now."""
     write_fold(run, k, perfect())
     config = config_to_dict(load_config(None, list(overrides)))
+    metrics = json.loads((run / f"area_{k}" / "metrics.json").read_text())
     if config_in_metrics:
-        metrics = json.loads((run / f"area_{k}" / "metrics.json").read_text())
         (run / f"area_{k}" / "metrics.json").write_text(json.dumps({**metrics, "config": config}))
     else:
         (run / f"area_{k}" / "config.yaml").write_text(yaml.safe_dump(config))
+        evaluated = {name: config["eval"][name] for name in ("vote", "max_fragments")}
+        (run / f"area_{k}" / "metrics.json").write_text(json.dumps({**metrics, **evaluated}))
 
 
 def _mixed_run(tmp_path):
@@ -261,3 +264,35 @@ def test_a_damaged_setting_in_the_refusal_is_bounded_and_marked(tmp_path, capsys
     said = "'rpe\\n" + "x" * 55 + "... (100,007 characters)" + " (looks damaged)"
     assert f"model.pe (Area_1, Area_3..Area_6: 'rpe'; Area_2: {said}); one pooled number" in line
     assert len(line) < 1000
+
+
+def _first_version_fold(run, k):
+    """A fold as pointgeope 0.1.0 left it before the test's vote was a setting (a32a2b0, 2026-11-26 04:54): its
+    ``config.yaml`` has no ``eval.vote`` / ``eval.max_fragments`` (``data.augment`` was a yes/no; ``false`` is
+    today's ``none``), and its ``metrics.json`` has neither ``config`` nor ``vote``: its test summed softmax."""
+    write_fold(run, k, perfect())
+    config = config_to_dict(load_config(None, ["data.augment=none"]))
+    config["data"]["augment"] = False
+    config["eval"] = {"checkpoint": "last", "tta": config["eval"]["tta"], "batch_points": 30000}
+    (run / f"area_{k}" / "config.yaml").write_text(yaml.safe_dump(config))
+    path = run / f"area_{k}" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    path.write_text(json.dumps({**metrics, "test_areas": [f"Area_{k}"], "checkpoint": "last.pt", "epoch": 2,
+                                "tta_views": 1, "eval_seconds": 1.1, "pe": "geope"}))
+
+
+def test_a_first_version_fold_is_not_pooled_with_a_fold_voted_by_logits(tmp_path, capsys):
+    """A fold whose metrics.json records neither ``config`` nor ``vote`` was tested by summing softmax (every
+    version before ``eval.vote`` did); pooled with a fold of today's ``logits`` it made one number of two test
+    rules, exit 0 and no word. Now refused, naming both folds' rules and the fold to evaluate again."""
+    run = tmp_path / "run"
+    _first_version_fold(run, 1)
+    _fold(run, 2, "data.augment=none", config_in_metrics=True)
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "eval.vote (Area_1: 'softmax'; Area_2: 'logits')" in line, line
+    assert line.endswith(f"; or evaluate Area_1 again by the vote of the others: pointgeope evaluate {run / 'area_1'} "
+                         "eval.vote=logits"), line
+    assert not (tmp_path / "out").exists()
+    _fold(run, 2, "data.augment=none", "eval.vote=softmax", config_in_metrics=True)  # the same rule: pooled
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0

@@ -6,8 +6,10 @@ as a black room. ``prepare`` records it once, where the data enters, as the room
 (``True``: every stored colour is ``0 0 0``) and names those rooms in its summary; ``train`` reads that
 attribute (no colour is read) and, when ``data.color`` feeds colour and a fold's training rooms include one,
 warns once a command (each such fold's ``log.txt`` holds the line). A room prepared before the attribute
-existed carries no record and is passed over (nothing is said of it), until a ``prepare`` estimates its
-normals again (``data_prep.renormal``), which records it from the colours it reads.
+existed carries no record, and is passed over (nothing is said of it) until a ``prepare`` into its folder records
+it from its stored colours (``data_prep.stale``: such a room is not up to date; ``data_prep.renormal`` reads it,
+estimating its normals again only where they are not this version's): the area file then holds a fresh prepare's
+bytes, and the files it replaced are listed as of the same points, so runs trained on them stay valid.
 """
 from __future__ import annotations
 

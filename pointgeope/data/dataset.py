@@ -11,7 +11,8 @@ resumed run sees exactly the same samples; call ``set_epoch`` before each epoch)
 4. if more than ``voxel_max`` (80,000) points remain, keep the ``voxel_max`` nearest to a random one;
 5. shuffle the points (PTv1), shift ``coord`` so the block's minimum is 0 again;
 6. ``Data(pos (N,3) float32, x (N,6|7) float32 = [rgb/255 | pos | (height)], y (N,) int64)``
-   (``color=False``: ``x = [pos | (height)]``, 3 or 4 channels).
+   (``color=False``: ``x = [pos | (height)]``, 3 or 4 channels), ``x`` checked finite
+   (:mod:`pointgeope.data.sample_check`: a refusal names the room and its point).
 
 ``len`` is ``num_rooms * loop``: one epoch passes ``loop`` times over every room.
 
@@ -27,6 +28,7 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Data
 
 from pointgeope.data.rooms import RoomRef, RoomStore, list_area_rooms
+from pointgeope.data.sample_check import ROW, check_sample
 from pointgeope.data.transforms import (
     AddNormalizedHeight,
     Sample,
@@ -107,16 +109,26 @@ class S3DISTrain(Dataset):
         return len(self.rooms) * self.loop
 
     def __getitem__(self, index: int) -> Data:
+        data = self.to_data(self.sample(index)[0])
+        check_sample(self, index, data.x)
+        return data
+
+    def sample(self, index: int, rows: bool = False) -> tuple[Sample, np.random.Generator]:
+        """Sample ``index`` of the current epoch before its ``Data`` (steps 1-5 of the module docstring), and
+        its generator after them; with ``rows`` it also carries each point's row in its room (``"row"``,
+        :mod:`pointgeope.data.sample_check`, which names a refused point with it)."""
         if not 0 <= index < len(self):
             raise IndexError(f"expected an index in [0, {len(self)}), got {index}")
         rng = sample_rng(self.seed, self.epoch, index)
         room = self.store.read(self.rooms[index % len(self.rooms)])
         sample = room_sample(room["coord"], room["color"], room["label"], self.height)
+        if rows:
+            sample[ROW] = np.arange(sample["coord"].shape[0])
         sample = self.transform(sample, rng)
         keep = voxel_sample(sample["coord"], self.grid_size, rng)
         keep = keep[random_crop(np.take(sample["coord"], keep, axis=0), self.voxel_max, rng)]
         keep = keep[rng.permutation(keep.shape[0])]
-        return self.to_data(shift_to_origin(take_points(sample, keep)))
+        return shift_to_origin(take_points(sample, keep)), rng
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(areas={list(self.areas)}, rooms={len(self.rooms)}, loop={self.loop}, "

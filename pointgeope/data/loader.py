@@ -14,8 +14,10 @@ dataset's current epoch (a persistent worker would keep a stale copy).
 while the accelerator trains on the previous batch. The loader knows nothing of what it computes.
 
 Every batch's features ``x`` are checked finite where they are collated (``geope_checks.check_finite``, a
-``ValueError`` naming the first bad row): on the CPU, in the worker, so no step waits for a read from the
-accelerator; a NaN or an infinity in ``x`` would otherwise turn every logit of its cloud into NaN without a word.
+``ValueError`` naming the sample of the batch and its first bad row): on the CPU, in the worker, so no step waits
+for a read from the accelerator; a NaN or an infinity in ``x`` would otherwise turn every logit of its cloud into
+NaN without a word. pointgeope's own datasets check each sample as they make it, naming the room and its point
+(:mod:`pointgeope.data.sample_check`); this check is for any other dataset, whose samples the loader cannot name.
 """
 from __future__ import annotations
 
@@ -49,9 +51,11 @@ class _CollateThen:
         self.collate, self.transform = Collater(dataset), transform
 
     def __call__(self, items: list) -> Batch:
+        for i, item in enumerate(items):
+            if isinstance(x := getattr(item, "x", None), torch.Tensor):
+                check_finite(f"x (the input features of the batch's sample {i + 1} of {len(items)}, in its own rows)",
+                             x)
         batch = self.collate(items)
-        if isinstance(getattr(batch, "x", None), torch.Tensor):
-            check_finite("x (the batch's input features)", batch.x)
         return batch if self.transform is None else self.transform(batch)
 
 

@@ -36,6 +36,7 @@ from pointgeope.data.dataset import S3DISTrain, room_sample, sample_rng
 from pointgeope.data.features import feature_channels, feature_names
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
 from pointgeope.data.rooms import FIELDS, RoomRef, RoomStore
+from pointgeope.data.sample_check import ROW, check_sample
 from pointgeope.data.transforms import Sample, Transform
 from pointgeope.h5 import NORMAL, SchemaError, open_area
 from pointgeope.plural import counted
@@ -98,6 +99,15 @@ class S3DISTrainPTv3(S3DISTrain):
         return feature_channels(feature_names(self.color, self.normal))
 
     def __getitem__(self, index: int) -> Data:
+        sample, rng = self.sample(index)
+        data = ptv3_data(sample, self.color, mix_draw=float(rng.random()), normal=self.normal)
+        check_sample(self, index, data.x)
+        return data
+
+    def sample(self, index: int, rows: bool = False) -> tuple[Sample, np.random.Generator]:
+        """Sample ``index`` of the current epoch through the pipeline (steps 1-2), and its generator, from which
+        ``mix_draw`` is drawn next; with ``rows`` each point's row in its room too (``"row"``, as
+        :meth:`S3DISTrain.sample`)."""
         if not 0 <= index < len(self):
             raise IndexError(f"expected an index in [0, {len(self)}), got {index}")
         rng = sample_rng(self.seed, self.epoch, index)
@@ -105,7 +115,9 @@ class S3DISTrainPTv3(S3DISTrain):
         sample = room_sample(room["coord"], room["color"], room["label"])
         if self.normal:
             sample[NORMAL] = np.asarray(room[NORMAL], dtype=np.float32)
-        return ptv3_data(self.transform(sample, rng), self.color, mix_draw=float(rng.random()), normal=self.normal)
+        if rows:
+            sample[ROW] = np.arange(sample["coord"].shape[0])
+        return self.transform(sample, rng), rng
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(areas={list(self.areas)}, rooms={len(self.rooms)}, loop={self.loop}, "

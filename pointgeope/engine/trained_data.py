@@ -89,7 +89,8 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
     if alike:  # one line for every such file
         shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in alike)
         log(f"note: {path} trained on other files than {root} holds now ({shown}), of the same points: only where "
-            "they were prepared from differs (the rooms' source and signature attributes)"
+            "they were prepared from differs (the rooms' source and signature attributes, or a record a later prepare "
+            "adds beside them: no_color)"
             + (", or the normals estimated from them" if normals else "") + "; using them")
     differing = [a for a in differing if not same[a]]
     if differing:

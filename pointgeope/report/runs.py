@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pointgeope import json_text
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name
 from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
@@ -38,7 +39,7 @@ from pointgeope.plural import counted
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.report.fold_file import FoldResult, ReportError, read_fold, same_class_names
 from pointgeope.report.points import current_points, recover_points
-from pointgeope.report.settings import mixed_settings, mixed_text, normals_read_in_turn, run_settings
+from pointgeope.report.settings import mixed_settings, mixed_text, normals_read_in_turn, run_settings, vote_advice
 
 METRICS_FILE = "metrics.json"
 
@@ -158,12 +159,11 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
     if FOLD_NAME.fullmatch(run.name) and (run / METRICS_FILE).is_file():   # RUN/area_K given as the run
         raise ReportError(f"{run}: a fold folder (RUN/area_K), not a run folder holding area_1 .. area_{len(AREAS)}; "
                           f"give its run folder, {run.parent}")
-    ablation = sorted(run.glob("report/fold_*/ablation.md"))
+    ablation = sorted(run.glob("report/fold_*/ablation.md")) + sorted(run.glob("report/ablation.md"))
     if not any(run.glob("area_*")) and (ablation or any(run.glob("*/seed_*/area_*"))):  # RUN/<preset>/seed_<s>
-        where = (f"its report is {ablation[0]}" if ablation else
-                 "no report yet (no trial has finished: rerun its ablate command to continue them)")
-        raise ReportError(f"{run}: an ablation's run folder (pointgeope ablate), not a training's: {where}; "
-                          f"`pointgeope report {run / '<preset>' / 'seed_<s>'}` reports one trial")
+        raise ReportError(f"{run}: an ablation's run folder (pointgeope ablate), not a training's: "
+                          f"{_ablation_report(run, ablation)}; `pointgeope report {run / '<preset>' / 'seed_<s>'}` "
+                          "reports one trial")
     folds, missing = [], []
     for k, area in enumerate(AREAS, start=1):
         if fold is not None and k != fold:
@@ -189,7 +189,8 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
     if mixed and not allow_mixed:
         raise ReportError(f"{run}: its folds were trained or evaluated with different settings: {mixed_text(mixed)}; "
                           "one pooled number needs one method, data set and protocol: report them as separate "
-                          "runs, or pass --allow-mixed to pool them with the differences written in the report")
+                          "runs, or pass --allow-mixed to pool them with the differences written in the report"
+                          + vote_advice(mixed, {f.area: f.path.parent for f in folds}))
     known = {fold_dir(run, k).name for k in range(1, len(AREAS) + 1)}
     unreported = [] if fold is not None else sorted(
         (p.name for p in run.glob("area_*")
@@ -202,6 +203,32 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
                           + (f"{fold}" if fold is not None else f"1..{len(AREAS)}")
                           + (f"; {summary.unreported_text()}" if unreported else ""))
     return summary
+
+
+def _ablation_report(run: Path, reports: list[Path]) -> str:
+    """Where the report of the ablation folder ``run`` is (``reports``: its ``report/fold_K/ablation.md``, then
+    an older ablate's ``report/ablation.md``, one for the folder, written before one a fold), or that it has none
+    yet and how many of its trials (``<preset>/seed_<s>/area_K``) are complete."""
+    if reports:
+        older = reports[0].parent.name == "report"
+        return f"its report is {reports[0]}" + (" (an older pointgeope's, one for the folder: its ablate command, run "
+                                                "again, skips the complete trials and writes one a fold, "
+                                                "report/fold_K)" if older else "")
+    trials = [p for p in run.glob("*/seed_*/area_*") if FOLD_NAME.fullmatch(p.name)]
+    done = sum(_says_complete(p / METRICS_FILE) for p in trials)
+    if not done:
+        return "no report yet (no trial has finished: rerun its ablate command to continue them)"
+    return (f"no report yet ({done} of {counted(len(trials), 'trial')} complete: rerun its ablate command to "
+            f"{'write it' if done == len(trials) else 'continue the others and write it'})")
+
+
+def _says_complete(path: Path) -> bool:
+    """Whether the metrics file ``path`` exists and says ``"complete": true`` (a count for a message: a damaged
+    one is not complete)."""
+    try:
+        return json_text.loads(path.read_bytes()).get("complete") is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _mixed(run: Path, folds: list[FoldResult]) -> dict[str, dict[str, object]]:

@@ -1,13 +1,17 @@
 """Whether the folds of one run were trained and evaluated alike: their settings compared key by key.
 
-A fold's settings are its config as ``section.key`` -> value: the one its evaluation recorded in
-``metrics.json`` (``"config"``), else the fold's ``config.yaml`` (what it was trained with) with the eval
-keys that ``metrics.json`` records (``checkpoint``, ``vote``, ``max_fragments``, ``tta_views``) in place of
-the file's. A pooled 6-fold number means one method on one data set under one protocol, so every key is
-compared but those of :data:`IGNORED` (where and how fast a run went, its seed, its folder, the class-mean
-rule that the report rescores by itself). A key that an older version did not write reads as it was then
-where that is known (``engine.record_keys``: an old ``point3drope`` fold turned at scale 1.0); another key
-missing from some folds and a fold with no recorded settings are not compared. What differs is
+A fold's settings are its config as ``section.key`` -> value: the one its evaluation recorded in ``metrics.json``
+(``"config"``), else the fold's ``config.yaml`` (what it was trained with) with the eval keys that ``metrics.json``
+records (``checkpoint``, ``vote``, ``max_fragments``, ``tta_views``) in place of the file's. A ``metrics.json``
+that records no ``vote`` was written before the key (``vote`` and ``max_fragments`` came into the file with
+``eval.vote``), by a test that summed softmax: its ``eval.vote`` is ``softmax``
+(:data:`~pointgeope.engine.record_keys.BEFORE_KEY`'s rule for a record of before), so such a fold is not pooled
+with one voted by logits unsaid (:func:`vote_advice` names the fold to evaluate again). A pooled 6-fold number
+means one method on one data set under one protocol, so every key is compared but those of :data:`IGNORED` (where
+and how fast a run went, its seed, its folder, the class-mean rule that the report rescores by itself). A key that
+an older version did not write reads as it was then where that is known (``engine.record_keys``: an old
+``point3drope`` fold turned at scale 1.0); another key missing from some folds and a fold with no recorded settings
+are not compared. What differs is
 ``{key: {area: value}}``::
 
     {"model.pe": {"Area_1": "geope", "Area_2": "rpe", ...}, "data.files.Area_3": {...}}
@@ -32,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from pointgeope.engine.config_yaml import flatten  # (no torch: the report imports none)
-from pointgeope.engine.record_keys import as_recorded
+from pointgeope.engine.record_keys import BEFORE_KEY, as_recorded
 from pointgeope.plural import first_of
 from pointgeope.recorded_text import setting_repr
 
@@ -67,6 +71,10 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
         if name in metrics:
             value = metrics[name]
             settings[key] = Path(value).stem if name == "checkpoint" and isinstance(value, str) else value
+    if "eval.vote" not in settings:   # an evaluate of before the key: the rule of its time
+        recorded = {name: metrics[name] for name in _METRICS_EVAL if name in metrics}
+        if (rule := BEFORE_KEY["eval.vote"]({"eval": recorded})) is not None:
+            settings["eval.vote"] = rule
     return {**settings, **files, **_normals(metrics, settings)}
 
 
@@ -156,6 +164,22 @@ def value_groups(values: dict[str, object]) -> list[tuple[str, object]]:
     for area, value in values.items():
         groups.setdefault(json.dumps(value, sort_keys=True), []).append(area)
     return [(_areas_text(areas), values[areas[0]]) for areas in groups.values()]
+
+
+def vote_advice(mixed: dict[str, dict[str, object]], folders: dict[str, Path]) -> str:
+    """``; or evaluate Area_1 again by the vote of the others: pointgeope evaluate RUN/area_1 eval.vote=logits``
+    where the folds of ``mixed`` (:func:`mixed_settings`) differ in ``eval.vote`` (a first-version fold summed
+    softmax): the folds of the rule fewer folds used (of a tie, those not of ``logits``, the default) are named
+    with the command that tests them again by the other rule (their networks are kept); ``folders`` ``{area: fold
+    folder}``. ``""`` where the vote rule is the same."""
+    votes = mixed.get("eval.vote", {})
+    counts = {json.dumps(v): list(votes.values()).count(v) for v in votes.values()}
+    if len(counts) != 2 or not all(isinstance(v, str) for v in votes.values()):
+        return ""
+    keep = max(votes.values(), key=lambda v: (counts[json.dumps(v)], v == "logits"))
+    again = [area for area, v in votes.items() if v != keep]
+    command = " ; ".join(f"pointgeope evaluate {folders[area]} eval.vote={keep}" for area in again)
+    return f"; or evaluate {', '.join(again)} again by the vote of the others: {command}"
 
 
 def mixed_text(mixed: dict[str, dict[str, object]], limit: int = 6) -> str:

@@ -78,3 +78,50 @@ def test_the_warning_counts_its_rooms_and_says_nothing_without_any(tmp_path, cap
         "Area_1/dark_1, Area_2/dark_2; the network learns them as black rooms (data.color=false trains on geometry "
         "alone)")
     assert colorless_warning(out, []) is None
+
+
+def test_prepare_into_a_folder_of_before_the_colour_record_records_it_so_that_train_warns(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """A folder prepared with this version's normals but before the colour record (the hour between the two) keeps
+    no ``no_color``: a prepare into it found every room up to date and recorded nothing, so train never warned of
+    its rooms without colour. Now the rerun reads the rooms' stored colours and records it, neither parsing a raw
+    file nor estimating a normal: the files of a fresh prepare, byte for byte, the older ones listed as of the same
+    points (runs trained on them stay valid)."""
+    import data_prep.room
+    from pointgeope.checksum import file_checksum
+    from pointgeope.json_text import loads
+
+    load = data_prep.room.load_room
+
+    def before_the_record(*args, **kwargs):
+        data = load(*args, **kwargs)
+        del data.attrs[NO_COLOR]
+        return data
+
+    raw, out, areas = write_tree(tmp_path / "raw", ROOMS), tmp_path / "out", ["Area_1", "Area_2"]
+    monkeypatch.setattr(data_prep.room, "load_room", before_the_record)
+    prepare(PrepareConfig(raw, out, progress=False))
+    monkeypatch.undo()
+    assert colorless_rooms(out, areas) == []
+    older = {area: file_checksum(out / f"{area}.h5") for area in areas}
+    parsed = []
+    monkeypatch.setattr(data_prep.room, "load_room", lambda *a, **k: parsed.append(a) or load(*a, **k))
+    monkeypatch.setattr(data_prep.room, "add_normals", lambda *a: parsed.append(a) or 0.0)
+    capsys.readouterr()
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert parsed == [] and colorless_rooms(out, areas) == ["Area_1/dark_1", "Area_2/dark_2"]
+    printed = capsys.readouterr()
+    assert ("note: Area_1: 2 rooms stored before prepare recorded the rooms without colour (an older prepare): "
+            "reading their stored colours to record it, their normals and raw files as they are") in printed.err
+    assert "Area_1: 2 rooms (none parsed, 2 with the colour record added), 8 points; wrote " in printed.out
+    assert "; parsed nothing; added the colour record of 4 rooms from their stored colours in " in printed.out
+    assert [line for line in printed.out.splitlines() if line.startswith(SAID)] == [SAID + "dark_1", SAID + "dark_2"]
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
+    manifest = loads((out / "manifest.json").read_text())
+    for area in areas:
+        assert file_checksum(out / f"{area}.h5") == file_checksum(tmp_path / "fresh" / f"{area}.h5")
+        assert older[area] in manifest["same_points"][area]
+    capsys.readouterr()
+    prepare(PrepareConfig(raw, out, progress=False))                                  # and then up to date
+    assert "parsed nothing (every room up to date)" in capsys.readouterr().out

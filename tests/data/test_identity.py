@@ -114,7 +114,8 @@ def test_a_run_uses_a_file_of_the_same_points_with_a_note(tmp_path):
     short = {area: f"{a['checksums'][area][:19]}..., now {b['checksums'][area][:19]}..." for area in a["points"]}
     assert notes == [f"note: last.pt trained on other files than {tmp_path / 'b'} holds now (Area_1.h5 trained on "
                      f"{short['Area_1']}; Area_2.h5 trained on {short['Area_2']}), of the same points: only where they "
-                     "were prepared from differs (the rooms' source and signature attributes); using them"]
+                     "were prepared from differs (the rooms' source and signature attributes, or a record a later "
+                     "prepare adds beside them: no_color); using them"]
     with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on sha256:.*\): their points differ, not only "
                                               r"where they were prepared from; restore"):
         check_data("last.pt", a["checksums"], c["checksums"], tmp_path / "c", notes.append, a["points"])

@@ -93,14 +93,15 @@ def test_data_code_does_not_import_the_model():
 
 def test_a_non_finite_feature_is_refused_where_the_batch_is_collated():
     """A sample whose features hold a NaN reached the network, whose logits for its whole cloud were NaN, without a
-    word; the loader refuses it on the CPU (no read from the accelerator), naming the features and the row."""
+    word; the loader refuses it on the CPU (no read from the accelerator), naming the sample of the batch and its row
+    (it named a row of the packed batch, 6, which no sample has)."""
     from torch_geometric.data import Data
 
     samples = [Data(pos=torch.rand(4, 3), x=torch.rand(4, 6)) for _ in range(3)]
     samples[1].x[2, 0] = float("nan")
     loader = make_loader(samples, batch_size=3, shuffle=False)
-    with pytest.raises(ValueError, match=r"expected finite x \(the batch's input features\), got 1 NaN or infinite "
-                                         r"entries \(the first in row 6"):
+    with pytest.raises(ValueError, match=r"expected finite x \(the input features of the batch's sample 2 of 3, in its "
+                                         r"own rows\), got 1 NaN or infinite entries \(the first in row 2"):
         next(iter(loader))
     samples[1].x[2, 0] = 0.5
     assert torch.isfinite(next(iter(loader)).x).all()

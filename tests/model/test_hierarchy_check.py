@@ -108,3 +108,26 @@ def test_apply_with_any_function_drops_the_specs_mark(case):
     assert not shifted.built and h.to("cpu").built
     with pytest.raises(ValueError, match=r"expected hierarchy.neighbours\[0\] rows in \[0, 12\), got 48 outside"):
         net(coord, feat, [5, 12], hierarchy=shifted)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda h: dataclasses.replace(h, neighbours=(h.neighbours[0].tolist(),) + h.neighbours[1:]),
+     r"expected hierarchy.neighbours\[0\] a tensor, got list"),
+    (lambda h: dataclasses.replace(h, offsets=([5, 12],) + h.offsets[1:]), r"expected hierarchy.offsets\[0\] a tensor, "
+                                                                           r"got list"),
+    (lambda h: dataclasses.replace(h, neighbours=h.neighbours[0]),
+     r"expected hierarchy.neighbours a tuple of tensors, one per stage, got Tensor"),
+    (lambda h: dataclasses.replace(h, samples=(None, h.samples[1].numpy())),
+     r"expected hierarchy.samples\[1\] a tensor or None \(at stride 1\), got ndarray"),
+    (lambda h: {"offsets": h.offsets}, r"expected hierarchy a PointHierarchy \(fields offsets, samples, down, "
+                                       r"neighbours, up, up_dist2\), got dict"),
+    (lambda h: dataclasses.replace(h, offsets=(), samples=(), down=(), neighbours=(), up=(), up_dist2=()),
+     r"expected a point hierarchy of \(stages, k per stage, points, clouds\) = \(2, \(4, 4\), 12, 2\) \(the model's "
+     r"HierarchySpec\), got \(0, \(\), None, None\)"),
+])
+def test_a_field_of_another_type_is_named_with_the_type_it_has(case, change, message):
+    """A list (or an array, a dict) where the check reads a tensor's shape was an ``AttributeError`` (``'list' object
+    has no attribute 'shape'``) or an ``IndexError`` from inside ``HierarchySpec.check``, naming no field."""
+    net, coord, feat, h = case
+    with pytest.raises(ValueError, match=message):
+        net(coord, feat, [5, 12], hierarchy=change(h))

@@ -35,6 +35,7 @@ from pointgeope.model.ops import backends
 from pointgeope.model.ops.backends import KNN_BACKENDS, OpsBackends, resolve
 from pointgeope.model.ops.checks import check_coordinates, check_count
 from pointgeope.model.ops.fps import fps, sample_counts
+from pointgeope.model.ops.hierarchy_check import check_types
 from pointgeope.model.ops.knn import knn, shared_trees
 from pointgeope.model.ops.morton import shared_layouts
 from pointgeope.model.ops.offsets import check_offset, counts
@@ -182,9 +183,14 @@ class HierarchySpec:
         return known_up(samples[s + 1], (offsets[s], offsets[s + 1]), near[s], near[s + 1], UP_NEIGHBOURS, search)
 
     def check(self, hierarchy: PointHierarchy, num_points: int, clouds: int) -> None:
-        """Raise ``ValueError`` unless ``hierarchy`` has this spec's stages for ``num_points`` in ``clouds``."""
-        got = (hierarchy.stages, tuple(n.shape[1] for n in hierarchy.neighbours),
-               hierarchy.neighbours[0].shape[0] if hierarchy.stages else None, hierarchy.offsets[0].shape[0])
+        """Raise ``ValueError`` unless ``hierarchy`` has this spec's stages for ``num_points`` in ``clouds`` (its
+        fields' types first: ``hierarchy_check.check_types``)."""
+        check_types(hierarchy)
+        def size(ts, dim):   # of the tensors' sizes along dim those checked here (None: no such dimension)
+            return tuple(t.shape[dim] if t.dim() > dim else None for t in ts)
+
+        got = (hierarchy.stages, size(hierarchy.neighbours, 1), *(size(hierarchy.neighbours[:1], 0) or (None,)),
+               *(size(hierarchy.offsets[:1], 0) or (None,)))
         want = (len(self.strides), self.neighbours, num_points, clouds)
         if got != want:
             raise ValueError(f"expected a point hierarchy of (stages, k per stage, points, clouds) = {want} "

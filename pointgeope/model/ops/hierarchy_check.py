@@ -12,6 +12,9 @@ For stages ``s`` of ``N_s`` points (``N_0 = N``, the rows of ``coord``; the modu
     up[s]             (N_s, 3)       rows of stage s+1, in [0, N_{s+1})         (s < S-1)
     up_dist2[s]       (N_s, 3)       finite, >= 0
 
+Before anything is read, :func:`check_types` (called by ``HierarchySpec.check``, which compares the stages with the
+spec's) makes sure each field is a tuple (or list) of tensors, ``None`` only where a stride of 1 samples nothing: a list
+of indices where a tensor belongs is named with the type it is, not met as an ``AttributeError`` further on.
 The shapes (and each field's number of entries) are checked on every call (attributes: no value is read). The
 values are checked where reading them costs no synchronisation, tensors on the CPU, unless ``HierarchySpec`` made
 the hierarchy (``PointHierarchy.built``: the loader's and the padded ones, so a CPU training step reads on the host
@@ -30,9 +33,28 @@ from torch import Tensor
 
 from pointgeope.geope_checks import check_coordinates, check_finite
 
-__all__ = ["check_hierarchy"]
+__all__ = ["check_hierarchy", "check_types"]
 
 _AGAIN = "build it with model.hierarchy_spec(coord, offset)"
+_FIELDS = ("offsets", "samples", "down", "neighbours", "up", "up_dist2")
+_NONE_AT_STRIDE_1 = ("samples", "down")
+
+
+def check_types(hierarchy) -> None:
+    """``ValueError`` naming the field and the type it has unless ``hierarchy`` is a ``PointHierarchy`` (an object
+    with its six fields) whose fields are tuples or lists of tensors, ``samples`` and ``down`` also ``None``."""
+    if not all(hasattr(hierarchy, name) for name in _FIELDS):
+        raise ValueError(f"expected hierarchy a PointHierarchy (fields {', '.join(_FIELDS)}), got "
+                         f"{type(hierarchy).__name__}; {_AGAIN}")
+    for name in _FIELDS:
+        entries = getattr(hierarchy, name)
+        if not isinstance(entries, (tuple, list)):
+            raise ValueError(f"expected hierarchy.{name} a tuple of tensors, one per stage, got "
+                             f"{type(entries).__name__}; {_AGAIN}")
+        for s, t in enumerate(entries):
+            if not (isinstance(t, Tensor) or t is None and name in _NONE_AT_STRIDE_1):
+                want = "a tensor or None (at stride 1)" if name in _NONE_AT_STRIDE_1 else "a tensor"
+                raise ValueError(f"expected hierarchy.{name}[{s}] {want}, got {type(t).__name__}; {_AGAIN}")
 
 
 def check_hierarchy(hierarchy, coord: Tensor, strides: tuple[int, ...], values: bool = False) -> None:
