@@ -49,7 +49,7 @@ from pointgeope.data.transforms import (
     box_centre,
     take_points,
 )
-from pointgeope.data.voxelize import _check_coord, crop_nearest, grid_groups
+from pointgeope.data.voxelize import _check_coord, check_cells, crop_nearest, grid_groups
 
 
 class CenterShift(Transform):
@@ -126,7 +126,8 @@ def pointcept_grid(coord: np.ndarray, grid_size: float) -> np.ndarray:
         grid_size: voxel edge, > 0.
 
     Returns:
-        ``(3, N)`` int64, all >= 0, each axis's minimum 0.
+        ``(3, N)`` int64, all >= 0, each axis's minimum 0 (``voxelize.check_cells``: cells past int64 are a
+        ``ValueError``).
     """
     coord = _check_coord(coord)
     if not grid_size > 0:
@@ -138,6 +139,7 @@ def pointcept_grid(coord: np.ndarray, grid_size: float) -> np.ndarray:
         col = coord[:, axis].astype(np.float64)
         col /= grid_size
         np.floor(col, out=col)
+        check_cells(col[None], grid_size)
         grid[axis] = col
         grid[axis] -= grid[axis].min()
     return grid

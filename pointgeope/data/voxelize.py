@@ -58,12 +58,26 @@ def column_min(coord: np.ndarray) -> np.ndarray:
     return np.array([coord[:, j].min() for j in range(coord.shape[1])], dtype=coord.dtype)
 
 
+def check_cells(cells: np.ndarray, grid_size: float) -> None:
+    """A ``ValueError`` unless every entry of ``cells`` (floored cell numbers as floats, ``(3, N)`` after the
+    shift to the minimum, or before it: PTv3's grid) and the span of each axis fit in int64: past ``2^63`` the
+    cast gave ``INT64_MIN`` without a word (an extent of 10 m at ``grid_size=1e-30``, or a float32 quotient
+    that overflowed to infinity), every such point in one voxel of negative coordinates. Two passes over the
+    cells (a minimum and a maximum per axis)."""
+    lo, hi = cells.min(axis=1), cells.max(axis=1)
+    reach = max(float(np.abs(lo).max()), float(np.abs(hi).max()), float((hi - lo).max()))
+    if not reach < 2.0 ** 63:
+        raise ValueError(f"expected grid cells that fit in int64 (below 2^63), got {reach:.3g} cells of grid_size "
+                         f"{grid_size:g} along an axis: use a larger grid_size, or centre and split the cloud")
+
+
 def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
     """Integer voxel coordinates ``floor((coord - min) / grid_size)``.
 
     Args:
         coord: ``(N, 3)`` finite float points, N >= 1 (a NaN or an infinity is a ``ValueError`` naming it).
-        grid_size: voxel edge length (same unit as ``coord``), > 0.
+        grid_size: voxel edge length (same unit as ``coord``), > 0; a cloud of ``2^63`` voxels or more along
+            an axis is a ``ValueError`` (:func:`check_cells`).
 
     Returns:
         ``(3, N)`` int64, axis-major (each row contiguous), all >= 0.
@@ -75,9 +89,11 @@ def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
         raise ValueError("expected at least one point, got an empty coord array")
     ct = np.array(coord.T, order="C")               # (3, N), a copy we may write into (also of a Fortran-order
                                                     # coord, whose .T ascontiguousarray would return as is)
-    ct -= column_min(coord)[:, None]
-    ct /= ct.dtype.type(grid_size)
+    with np.errstate(over="ignore", divide="ignore"):     # an infinite quotient: check_cells refuses it
+        ct -= column_min(coord)[:, None]
+        ct /= ct.dtype.type(grid_size)
     np.floor(ct, out=ct)
+    check_cells(ct, grid_size)
     return ct.astype(np.int64)
 
 

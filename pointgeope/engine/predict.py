@@ -38,6 +38,7 @@ from pointgeope.engine.predict_record import print_notes
 from pointgeope.engine.probabilities import vote_probabilities
 from pointgeope.errors import UserError, one_line
 from pointgeope.plural import counted, first_of
+from pointgeope.scans.precision import float32_note
 from pointgeope.scans.scan import Scan, ScanError, one_colour_note
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
@@ -45,14 +46,17 @@ SPACING_FACTOR = 10.0
 
 
 def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float = 1.0, warn=print) -> None:
-    """Refuse a scan without colour for a colour model, note one of one colour to it; warn when its spacing
-    is far from training's (a scan of fewer than 2 distinct points has none to compare)."""
+    """Refuse a scan without colour for a colour model, note one of one colour to it; warn when its file kept
+    float32 coordinates too coarse for the model's voxels (``scans.precision``) and when its spacing is far from
+    training's (a scan of fewer than 2 distinct points has none to compare)."""
     if predictor.uses_color and scan.color is None:
         raise ScanError(f"{scan.source}: has no colour, but {predictor.path} was trained with colour features "
                         f"([{' | '.join(predictor.info['features'])}]); train a geometry-only model "
                         "(data.color=false model.in_channels=3, features [xyz]) and predict with that")
     if predictor.uses_color and (note := one_colour_note(scan)) is not None:  # a geometry-only model: no matter
         warn(f"note: {note}")
+    if (coarse := float32_note(scan.source, scan.coord, scale, predictor.cfg.data.grid_size)) is not None:
+        warn(coarse)
     reference = predictor.info.get("spacing")
     spacing = median_spacing(coord) if reference else float("nan")  # nan: fewer than 2 distinct points
     if np.isfinite(spacing):

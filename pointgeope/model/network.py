@@ -317,7 +317,7 @@ class PointTransformerSeg(nn.Module):
             host = offset_tensor(offset)
             return coord, feat, host.to(coord.device), check_offset(host, coord.shape[0])
         if not read:
-            if offset.dim() != 1 or offset.is_floating_point() or offset.is_complex():
+            if offset.dim() != 1 or offset.is_floating_point() or offset.is_complex() or offset.dtype == torch.bool:
                 raise ValueError(f"expected offset an integer tensor of shape (B,), got {offset.dtype} "
                                  f"{tuple(offset.shape)}")
             return coord, feat, offset.long(), None

@@ -197,3 +197,21 @@ def test_random_crop_centres_on_every_point_alike():
     picks = [int(random_crop(coord, 1, np.random.default_rng(s))[0]) for s in range(400)]
     counts = np.bincount(picks, minlength=4)
     assert counts.sum() == 400 and counts.min() > 60, counts   # each ~100; P(< 60) for one point ~ 1e-6
+
+
+def test_grid_cells_beyond_int64_are_refused_not_wrapped():
+    """``floor(...)`` past 2^63 cast to INT64_MIN without a word: at ``grid_size=1e-30`` every point of a 2 m
+    cloud had grid coordinates -2^63 and ``voxel_groups`` put them all in one voxel. Up to 2^62 cells they
+    are exact; from 2^63 (or a float32 quotient that overflows to infinity) one line naming ``grid_size``."""
+    from pointgeope.data.ptv3_transforms import pointcept_grid
+
+    wide = np.array([[0.0, 0.0, 0.0], [2.0 ** 62, 1.0, 3.0]])
+    np.testing.assert_array_equal(grid_coord(wide, 1.0), [[0, 2 ** 62], [0, 1], [0, 3]])
+    np.testing.assert_array_equal(pointcept_grid(wide, 1.0), [[0, 2 ** 62], [0, 1], [0, 3]])
+    want = r"^expected grid cells that fit in int64 \(below 2\^63\), got \S+ cells of grid_size (1e-30|1e-38|1) along"
+    c = cloud(50, 3)
+    for call in (lambda: grid_coord(c.astype(np.float64), 1e-30), lambda: grid_coord(c, 1e-38),
+                 lambda: voxel_groups(c, 1e-30), lambda: pointcept_grid(c, 1e-30),
+                 lambda: grid_coord(np.array([[0.0, 0, 0], [2.0 ** 63, 0, 0]]), 1.0)):
+        with pytest.raises(ValueError, match=want):
+            call()

@@ -35,6 +35,21 @@ def test_a_scan_of_one_point_is_predicted_without_a_spacing_warning(tiny_run, tm
     assert capsys.readouterr().err == "" and np.load(tmp_path / "o" / "one_pred.npy").shape == (1,)
 
 
+def test_a_float32_scan_far_from_zero_is_warned_once(tiny_run, two_folds, tmp_path, capsys):
+    """A room at UTM coordinates in a float32 .npy (as a PLY 'float' keeps it) is on a 0.5 m grid in y: it was
+    predicted without a word. Now one warning line; the same room in float64 has none."""
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    utm = room["coord"].astype(np.float64) + [5.0e5, 4.2e6, 100.0]
+    for dtype, name in ((np.float32, "f32"), (np.float64, "f64")):
+        np.save(tmp_path / f"{name}.npy", np.c_[utm, room["color"]].astype(dtype))
+        assert cli(["predict", str(tiny_run), str(tmp_path / f"{name}.npy"), "--out", str(tmp_path / name)]) == 0
+        err = [line for line in without_run_cap_warning(capsys.readouterr().err) if "float32" in line]
+        assert err == ([f"warning: {tmp_path / 'f32.npy'}: its coordinates are float32 values, which 4.2e+06 m "
+                        "from 0 come in steps of 0.5 m (the model's voxels: 0.1 m): a file that kept them in "
+                        "float32 has lost their detail; export them in float64 (a PLY 'double' property, a float64 "
+                        ".npy) or minus an offset near the scan"] if dtype == np.float32 else [])
+
+
 def test_stray_points_are_left_out_and_take_their_nearest_points_label(tiny_run, two_folds, tmp_path, capsys):
     """Points 10 km away, 5 km above a room point and at 1e30 m, inserted among a room's points: the others
     keep exactly the labels evaluate gave the room (the network saw the same input), each stray point takes

@@ -300,6 +300,20 @@ def test_offsets_given_as_a_float_list_are_refused_not_truncated():
         offset_tensor([[1], [2, 3]])
 
 
+def test_bool_offsets_are_refused_not_read_as_a_count_of_one():
+    """``torch.tensor([True])`` was the offsets of a one-point cloud: kNN and FPS ran on it; the network with a
+    hierarchy given took it as ``tensor([1])``."""
+    pts = torch.rand(1, 3)
+    for call in (lambda o: knn(pts, pts, 2, o, o), lambda o: fps(pts, o, 1)):
+        for bad in (torch.tensor([True]), [True]):
+            with pytest.raises(ValueError, match=r"^expected integer (query_)?offset \(cumulative point counts\), "
+                                                 r"got dtype torch.bool$"):
+                call(bad)
+    net, coord = _network(), torch.rand(24, 3)             # with a hierarchy given, the offsets' values are not read
+    with pytest.raises(ValueError, match=r"^expected offset an integer tensor of shape \(B,\), got torch.bool \(1,\)$"):
+        net(coord, torch.rand(24, 6), torch.tensor([True]), hierarchy=net.hierarchy_spec(coord, [24]))
+
+
 def test_knn_fps_and_knn_graph_refuse_meta_tensors_by_name_and_geope_qk_runs_on_them():
     """A meta tensor has a shape and no values: the ops that pick points by their coordinates refuse it naming
     the argument (torch said "Tensor.item() cannot be called on meta tensors"); geope_qk, whose output shape

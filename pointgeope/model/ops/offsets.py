@@ -31,13 +31,13 @@ def check_offset(offset: Tensor | list[int], num_points: int, name: str = "offse
     NumPy array is checked as it is: offsets kept on the host spare a device-to-host copy, which waits for the
     device).
 
-    Raises ``ValueError`` unless the offsets are integers, strictly increasing, positive and end at
+    Raises ``ValueError`` unless the offsets are integers (not bools), strictly increasing, positive and end at
     ``num_points`` (every cloud must hold at least one point).
     """
     offset = offset_tensor(offset, name=name)                 # a host list, tuple or array: its own dtype
     if offset.dim() != 1 or offset.numel() == 0:
         raise ValueError(f"expected {name} of shape (B,) with B >= 1, got {tuple(offset.shape)}")
-    if offset.is_floating_point() or offset.is_complex():
+    if offset.is_floating_point() or offset.is_complex() or offset.dtype == torch.bool:   # True read as a count of 1
         raise ValueError(f"expected integer {name} (cumulative point counts), got dtype {offset.dtype}")
     values = [int(v) for v in offset.tolist()]
     if values[-1] != num_points:
