@@ -7,7 +7,8 @@
 #   make docs   the documentation site in site/ (MkDocs; open site/index.html or run: .venv/bin/mkdocs serve)
 #   make test-nn-minimal  pointgeope.nn alone: pip install ".[nn]" in a fresh environment (build/nn-minimal/)
 #   make ablation  rpe, geope, lingeope, rope3d, rope-mixed, pointrope, none x 3 seeds on the demo's fold 1
-#               (21 trials, 2 at a time; one took 3.5 min on a shared 2-core machine: bench/results/ablation/one_trial/)
+#               (21 trials, 2 at a time; one alone took 3.5 min on a shared 2-core machine:
+#               bench/results/ablation/one_trial/)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -37,7 +37,8 @@ breakdown: by phase, by op, by the innermost module of a forward op (``encoder.3
 and by the autograd node of a backward op.
 
 ``--before DIR`` also counts the package at ``DIR`` (e.g. ``git worktree add /tmp/main main``), in a child
-process with ``PYTHONPATH=DIR``, in the same run: ``before`` and ``after`` in one file.
+process with ``PYTHONPATH=DIR``, in the same run: ``before`` and ``after`` in one file, ``before`` with ``DIR``'s
+commit state (``bench_io.git_state``: its commit, whether it had changes), as ``--before-label`` may not say.
 
 Usage: python bench/launch_count.py [--what step|test] [--amp none|bf16] [--out FILE] [--points 800]
        [--clouds 2] [--presets rpe geope] [--before DIR]
@@ -61,7 +62,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import provenance, save_json
+from bench_io import OUTPUTS, git_state, provenance, save_json
 from launch_counter import (  # noqa: F401 - LaunchCounter, cuda_choices: the tests' names here
     PHASES,
     TEST_PHASES,
@@ -197,8 +198,8 @@ def main() -> int:
            "counted": f"aten ops but views/metadata/allocations, plus Triton launches; {COUNTED[args.what]}, "
                       f"hierarchy given, CUDA's default kernel choices, amp {args.amp} (bench/launch_count.py)"}
     if args.before:
-        out["before"] = {"tree": str(args.before), "label": args.before_label,
-                         "presets": counted_elsewhere(args.before, args)}
+        out["before"] = {"tree": str(args.before), **git_state(args.before, exclude=(OUTPUTS,)),   # as the loaders'
+                         "label": args.before_label, "presets": counted_elsewhere(args.before, args)}
     out["after"] = {"presets": count(args.presets, args.points, args.clouds, args.what, args.amp)}
     if args.before:
         out["saved"] = {p: out["before"]["presets"][p]["launches"] - out["after"]["presets"][p]["launches"]

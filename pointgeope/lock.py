@@ -125,13 +125,21 @@ def _flock_or_refuse(fd: int, mode: str, refusal) -> None:
 
 
 def _open_lock_file(path: Path, flags: int, mode: int) -> int:
-    """``os.open`` of a lock file; a folder in its place (made by hand, or by a sync tool) is a LockError that
-    says to remove it, where it was an ``IsADirectoryError`` traceback."""
+    """``os.open`` of a lock file; a folder in its place (made by hand, or by a sync tool), or a symbolic link
+    that leads into no folder (``os.open`` cannot create its target), is a LockError that says to remove it,
+    where it was a traceback (a link's ``FileNotFoundError`` is not taken for the folder's removal:
+    :func:`_open_in`)."""
     try:
         return os.open(path, flags, mode)
     except IsADirectoryError:
-        raise LockError(f"{path}: expected the lock file of {path.parent}, found a folder; remove that folder "
-                        "(once no pointgeope command works there) and run again") from None
+        found = "a folder"
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            raise
+        found = f"a symbolic link to {os.readlink(path)}, which leads into no folder"
+    raise LockError(f"{path}: expected the lock file of {path.parent}, found {found}; remove "
+                    f"{'that folder' if found == 'a folder' else 'the link'} (once no pointgeope command works "
+                    "there) and run again") from None
 
 
 def _open_locked(path: Path) -> int:

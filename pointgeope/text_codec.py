@@ -84,3 +84,9 @@ def printable(text: str) -> bool:
     mark, which reads only the NUL bytes around the first character; the numbers of a binary array decoded as
     UTF-16 or UTF-32 are control characters (``d\\x05\\x07`` for 100, 5, 7)."""
     return _NOT_PRINTABLE.search(text) is None
+
+
+def unprintable_share(text: str) -> float:
+    """The share of ``text``'s characters that :func:`printable` refuses (0 for no text): most of a binary array
+    decoded as text (``d\\x05\\x07``: 2 of 3), a few of a text line with a terminal's colour codes (``\\x1b[31m``)."""
+    return len(_NOT_PRINTABLE.findall(text)) / len(text) if text else 0.0

@@ -294,6 +294,31 @@ def test_a_folder_in_place_of_a_lock_file_is_one_line_saying_to_remove_it(tmp_pa
         assert (tmp_path / LOCK_NAME).is_file()
 
 
+@pytest.mark.parametrize("name", [LOCK_NAME, ".readers.lock"])
+def test_a_lock_file_that_is_a_link_into_no_folder_is_one_line_saying_to_remove_it(tmp_path, name):
+    """``os.open(O_CREAT)`` of a link whose target's folder is missing: ``.lock`` was said to be "removed by another
+    process ... twice" (the folder is there: run again would not help), ``.readers.lock`` a traceback."""
+    from pointgeope.lock import reader_lock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).symlink_to(tmp_path / "gone" / "lock")
+    line = (rf"^{re.escape(str(out / name))}: expected the lock file of {re.escape(str(out))}, found a symbolic "
+            rf"link to {re.escape(str(tmp_path / 'gone' / 'lock'))}, which leads into no folder; remove the link "
+            r"\(once no pointgeope command works there\) and run again$")
+    with pytest.raises(LockError, match=line):
+        with folder_lock(out, readers=True):
+            pass
+    if name == ".readers.lock":       # a reader of a folder it can write is refused, as for a folder there
+        with pytest.raises(LockError, match=line):
+            with reader_lock(out):
+                pass
+    assert sorted(p.name for p in out.iterdir()) == [name] and not (tmp_path / "gone").exists()
+    (out / name).unlink()
+    with folder_lock(out, readers=True):
+        assert (out / LOCK_NAME).is_file()
+
+
 def test_a_folder_in_place_of_the_readers_lock_file_refuses_a_reader_too(tmp_path):
     """A reader (train, evaluate) read the data root without its lock when a folder stood in place of the
     lock file (os.open's IsADirectoryError taken for a folder it cannot write), so a prepare was not kept out."""

@@ -31,3 +31,11 @@ def test_each_row_of_yamls_table(encoding, mark, name, text):
     b"", b"a", b"\0"])
 def test_anything_else_is_utf8(data):
     assert detect(data).codec == "utf-8"
+
+
+def test_unprintable_share_counts_what_printable_refuses():
+    from pointgeope.text_codec import unprintable_share
+
+    assert unprintable_share("d\x05\x07") == pytest.approx(2 / 3)
+    assert unprintable_share("4 5 \x1b[31m6") == pytest.approx(1 / 10)     # 10 characters
+    assert unprintable_share("1\t2 \u00e9\n") == 0 and unprintable_share("") == 0

@@ -32,7 +32,7 @@ from pointgeope.atomic import atomic_open
 from pointgeope.plural import counted
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
-from pointgeope.text_codec import HEAD, detect, printable
+from pointgeope.text_codec import HEAD, detect, printable, unprintable_share
 
 EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
 _CHUNK = 1 << 20  # lines written per np.savetxt call
@@ -128,19 +128,25 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
     return None
 
 
-def _hint(text: str) -> str:
-    """What to do about a line that is not numbers, from what it holds: NUL bytes between the characters (UTF-16
-    without a byte-order mark whose first character is not ASCII: no rule tells it from UTF-8,
-    :mod:`pointgeope.text_codec`), control characters no text holds (:func:`~pointgeope.text_codec.printable`: an
-    array of 16- or 32-bit numbers whose first is an ASCII code reads as UTF-16 or UTF-32 without a mark, ``d\x05``
-    for 100, 5), a byte that did not decode (U+FFFD: Latin-1 or another 8-bit code page), or ``;`` (the separator
-    of Excel's CSV in locales whose decimal mark is a comma); ``""`` when none."""
+def _hint(reason: str, data: str = "") -> str:
+    """What to do about a line that is not numbers (``data``, its part before a comment; ``reason``, numpy's
+    words), from what it holds: NUL bytes between the characters (UTF-16 without a byte-order mark whose first
+    character is not ASCII: no rule tells it from UTF-8, :mod:`pointgeope.text_codec`), control characters no
+    text holds (:func:`~pointgeope.text_codec.printable`): mostly such (over a quarter of its characters but
+    spaces), an array of 16- or 32-bit numbers whose first is an ASCII code, read as UTF-16 or UTF-32 without a
+    mark (``d\x05`` for 100, 5), a few (a terminal's colour codes, ``\x1b[31m``) in a line of text; a byte that
+    did not decode (U+FFFD: Latin-1 or another 8-bit code page), or ``;`` (the separator of Excel's CSV in locales
+    whose decimal mark is a comma); ``""`` when none."""
+    text = reason + data
     if "\x00" in text:  # first: such a line's non-ASCII first character is a U+FFFD too
         return ("; NUL bytes between the characters: UTF-16 text without a byte-order mark, its first character not "
                 "ASCII? save the file as UTF-8 (or ASCII) text")
-    if not printable(text.replace("\ufffd", "").rstrip("\x1a")):  # (a DOS end-of-file mark, Ctrl-Z, is text's)
+    shown = (data or reason).replace("\ufffd", "").rstrip("\x1a")  # (a DOS end-of-file mark, Ctrl-Z, is text's)
+    if not printable(shown) and unprintable_share(shown.replace(" ", "")) > 0.25:
         return ("; control characters, no text: a binary file (an array of numbers?) with a text suffix? give the "
                 "points as text lines, or as a .npy or .ply file")
+    if not printable(shown):
+        return "; control characters in a line of text (a terminal's colour codes?): remove them"
     if "\ufffd" in text:
         return "; save the file as UTF-8 (or ASCII) text"
     if ";" in text:
@@ -161,7 +167,7 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
     except ValueError as err:
         reason = loadtxt_reason(err)
         bad = _bad_line(path, delimiter, skip)
-        hint = _hint(reason if bad is None else reason + bad[1].split("#")[0])   # its data, not its comment
+        hint = _hint(reason, "" if bad is None else bad[1].split("#")[0])   # its data, not its comment
         if count is not None and bad is not None and bad[2].startswith("1 value,"):
             hint += "; a second scan's point count? save each scan of the .pts file as its own file"
         if bad is None:

@@ -20,14 +20,37 @@ IDENTITY = {"commit", "dirty", "cpu_count", "cpus", "cpu_model", "processor", "p
 BY_HAND = {"git_commit", "tree_dirty", "cpu_model"}
 
 
+def _name(call: ast.Call) -> str:
+    """The name a call calls (``f(...)`` and ``x.f(...)`` both give ``f``)."""
+    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+
+
 def _called(tree: ast.AST) -> set[str]:
-    """The names of the functions ``tree`` calls (``f(...)`` and ``x.f(...)`` both give ``f``)."""
+    """The names of the functions ``tree`` calls, and ``save_json`` for a ``path.write_text(json.dumps(...))``
+    (a JSON written without a writer of its own)."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            func = node.func
-            names.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
+            names.add(_name(node))
+            if _name(node) == "write_text" and any(isinstance(n, ast.Call) and _name(n) == "dumps"
+                                                   for arg in node.args for n in ast.walk(arg)):
+                names.add("save_json")
     return names
+
+
+def _identity_keys(tree: ast.AST):
+    """``(key, line, value node)`` of every identity key ``tree`` writes: in a dict display (``{"commit": c}``), a
+    ``dict(commit=c)`` call or an item assignment (``out["commit"] = c``; not ``machine``, whose rule is the shape
+    of its value: the GPU check's ``result["machine"]`` is its probe of the device, parsed from a child's line)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            yield from ((k.value, k.lineno, v) for k, v in zip(node.keys, node.values, strict=True)
+                        if isinstance(k, ast.Constant) and k.value in IDENTITY)
+        elif isinstance(node, ast.Call) and _name(node) == "dict":
+            yield from ((kw.arg, kw.lineno, kw.value) for kw in node.keywords if kw.arg in IDENTITY)
+        elif isinstance(node, ast.Assign):
+            yield from ((t.slice.value, t.lineno, node.value) for t in node.targets if isinstance(t, ast.Subscript)
+                        and isinstance(t.slice, ast.Constant) and t.slice.value in IDENTITY - {"machine"})
 
 
 def problems(source: str) -> list[str]:
@@ -39,13 +62,10 @@ def problems(source: str) -> list[str]:
     if not called & RECORDERS:
         found.append("writes a JSON without bench_io.provenance (or gpu_record.run_record)")
     found += [f"calls {name}() itself" for name in sorted(called & BY_HAND)]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value in IDENTITY and not isinstance(value, ast.Dict):
-                    found.append(f"line {key.lineno}: writes {key.value!r} itself")
-                elif isinstance(value, ast.Attribute) and value.attr == "__version__":
-                    found.append(f"line {value.lineno}: writes a version itself")   # provenance's "versions"
+    found += [f"line {line}: writes {key!r} itself" for key, line, value in _identity_keys(tree)
+              if not isinstance(value, ast.Dict)]
+    found += [f"line {value.lineno}: writes a version itself" for node in ast.walk(tree) if isinstance(node, ast.Dict)
+              for value in node.values if isinstance(value, ast.Attribute) and value.attr == "__version__"]
     return found
 
 
@@ -57,6 +77,19 @@ def test_the_check_finds_each_kind_of_hand_written_record():
                               "line 2: writes 'cpu_count' itself", "line 2: writes a version itself"]
     assert problems('save_json(p, {"provenance": provenance(1), "machine": {"load_end": 1.0}})\n') == []
     assert problems('print({"commit": 1})\n') == []       # writes no JSON: not a result
+
+
+@pytest.mark.parametrize("written", ['out["commit"] = sha\nsave_json(p, out)\n',
+                                     'save_json(p, dict(provenance=provenance(1), commit=sha))\n',
+                                     'Path(p).write_text(json.dumps({"commit": sha}))\n'])
+def test_the_check_finds_a_commit_written_by_item_by_keyword_or_through_write_text(written):
+    """The check read dict displays alone, and ``save_json``, ``json.dump`` or ``write_text_atomic`` as the writes:
+    a script's own commit assigned as an item, given as ``dict``'s keyword, or a JSON written with
+    ``Path.write_text`` went through."""
+    found = problems("out = {'provenance': provenance(1)}\n" + written)
+    assert [line for line in found if "writes 'commit' itself" in line] == ["line 2: writes 'commit' itself"]
+    assert problems('out["machine"] = json.loads(line)\nsave_json(p, {"provenance": provenance(1)})\n') == []
+    assert problems('Path(p).write_text(str({"commit": sha}))\n') == []      # no JSON: not a result
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if p.name not in OWNERS))

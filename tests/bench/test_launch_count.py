@@ -230,3 +230,22 @@ def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, 
         assert counts["by_phase"]["output"] == 1                     # the logits' float()
     assert "_to_copy" not in plain["rpe"]["ops_by_place"]["forward"]["Linear"]
     assert plain["rpe"]["by_phase"]["output"] == 0
+
+
+def test_the_before_tree_is_recorded_with_its_commit_state(launch_count, checkout, git, monkeypatch, tmp_path):
+    """``--before DIR`` recorded the tree's path and the label typed beside it: not which commit it counted, where
+    ``bench_loader_compare.py --before`` records the other checkout's commit state."""
+    import json
+    import sys
+
+    counts = {"rpe": {"launches": 5}}
+    monkeypatch.setattr(launch_count, "count", lambda *args: counts)
+    monkeypatch.setattr(launch_count, "counted_elsewhere", lambda tree, args: {"rpe": {"launches": 7}})
+    (checkout / "code.py").write_text("x = 2\n")
+    out = tmp_path / "counts.json"
+    monkeypatch.setattr(sys, "argv", ["launch_count.py", "--what", "test", "--presets", "rpe", "--before",
+                                      str(checkout), "--out", str(out)])
+    assert launch_count.main() == 0
+    before = json.loads(out.read_text())["before"]
+    assert (before["tree"], before["commit"], before["dirty"]) == (str(checkout), git(checkout, "rev-parse", "HEAD"),
+                                                                   True)

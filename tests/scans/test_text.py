@@ -278,3 +278,12 @@ def test_an_array_whose_first_number_is_an_ascii_code_is_called_binary(tmp_path,
                                         r"no text: a binary file \(an array of numbers\?\) with a text suffix\? give "
                                         r"the points as text lines, or as a \.npy or \.ply file$"):
         read_text(tmp_path / "a.txt")
+
+
+def test_a_text_line_with_a_terminals_colour_codes_is_not_called_binary(tmp_path):
+    """An ESC in a line of numbers (output of a tool that colours it, saved as it was): the line was called "control
+    characters, no text: a binary file (an array of numbers?)", the hint of a binary array read as UTF-16/32."""
+    (tmp_path / "c.txt").write_text("1 2 3\n4 5 \x1b[31m6\x1b[0m\n")
+    with pytest.raises(ScanError, match=r":2: expected lines of numbers .*is not a number\); control characters in "
+                                        r"a line of text \(a terminal's colour codes\?\): remove them$"):
+        read_text(tmp_path / "c.txt")
