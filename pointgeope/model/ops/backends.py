@@ -40,7 +40,7 @@ from pointgeope.model import kernels
 __all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "TRITON_KNN_MAX_K", "OpsBackends", "available", "knn_backend", "fps_backend",
            "resolve", "summary"]
 
-KNN_BACKENDS = ("pykdtree", "scipy", "torch", "cluster", "triton")
+KNN_BACKENDS = ("numba", "pykdtree", "scipy", "torch", "cluster", "triton")
 FPS_BACKENDS = ("numba", "torch", "triton")
 _MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "numba": "numba", "cluster": "torch_cluster",
             "torch": "torch", "triton": "triton"}
@@ -79,7 +79,7 @@ def knn_backend(device: torch.device, k: int = 1) -> str:
     if k <= TRITON_KNN_MAX_K and kernels.use_triton("knn", device):
         return "triton"
     if device.type == "cpu":
-        for name in ("pykdtree", "scipy"):
+        for name in ("numba", "pykdtree", "scipy"):
             if available(name):
                 return name
         return "torch"

@@ -43,6 +43,7 @@ from pointgeope.model.ops.up_known import known_up
 __all__ = ["PointHierarchy", "HierarchySpec", "UP_NEIGHBOURS"]
 
 UP_NEIGHBOURS = 3  # transition up interpolates from the 3 nearest coarse points
+_HOST_EXACT = ("numba", "pykdtree", "scipy", "torch")   # the host's kNN backends with the definition's ties
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class HierarchySpec:
                        check_finite=False)
 
         host_exact = coords[s].device.type == "cpu" and resolve(
-            self.backends.knn, KNN_BACKENDS, coords[s].device, "knn", UP_NEIGHBOURS) in ("pykdtree", "scipy", "torch")
+            self.backends.knn, KNN_BACKENDS, coords[s].device, "knn", UP_NEIGHBOURS) in _HOST_EXACT
         if samples[s + 1] is None or not host_exact or near[s + 1][0].shape[1] < UP_NEIGHBOURS:
             return search(None, offsets[s])
         return known_up(samples[s + 1], (offsets[s], offsets[s + 1]), near[s], near[s + 1], UP_NEIGHBOURS, search)

@@ -112,7 +112,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     if chosen == "cluster":
         idx, dist2 = _knn_cluster(query, support, k, q_off, s_off)
         return idx, dist2.to(out_dtype)
-    fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
+    fn = {"numba": _cloud_numba, "pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
     idx_parts, dist_parts = [], []
     q_start = s_start = 0
     for q_end, s_end in zip(q_off, s_off, strict=True):
@@ -193,6 +193,32 @@ def _morton_sorted(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order), dtype=order.dtype)
     return rank, q[order]
+
+
+def _cloud_numba(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition's ``k`` neighbours from ``kd_knn``'s tree (exact, ties included: no re-ranking). A query
+    cloud that is the support cloud itself (the same memory) is searched from each point's own leaf, another in
+    its Morton order from ``_ORDERED_QUERIES`` queries (each cloud ordered once inside :func:`shared_trees`)."""
+    from pointgeope import morton_order
+    from pointgeope.model.ops import kd_knn
+
+    tree = _once("kd", support, lambda: kd_knn.build_tree(_numpy(support), kd_knn.LEAF))
+    dtype = tree[1].dtype
+    idx, dist2 = np.empty((query.shape[0], k), np.int64), np.empty((query.shape[0], k), dtype)
+    if _same_memory(query, support):
+        kd_knn.search_self(tree, kd_knn.LEAF, k, idx, dist2)
+        return idx, dist2
+    q = _numpy(query)
+    order = (_once("morton_order", query, lambda: morton_order.cloud_order(q)) if len(q) >= _ORDERED_QUERIES
+             else np.arange(len(q)))
+    kd_knn.search(tree, kd_knn.LEAF, q, order, k, idx, dist2)
+    return idx, dist2
+
+
+def _same_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` are views of the same values (address, shape, strides, dtype, device)."""
+    return (a.data_ptr(), a.shape, a.stride(), a.dtype, a.device) == (b.data_ptr(), b.shape, b.stride(), b.dtype,
+                                                                       b.device)
 
 
 def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
