@@ -53,11 +53,14 @@ def test_odd_sizes_around_the_leaves_and_queries_off_the_cloud(sizes):
     assert_exact_knn("numba", queries, points, 8, q_off, off)
 
 
-def test_many_queries_taken_in_morton_order_are_answered_in_the_callers_order():
-    """3,000 queries off the support (from ``knn._ORDERED_QUERIES`` on they are searched in their Morton order)."""
+@pytest.mark.parametrize("support", [2500, 150])
+def test_many_queries_taken_in_morton_order_are_answered_in_the_callers_order(support):
+    """3,001 queries off the support, on the half lattice of its points (from ``knn._ORDERED_QUERIES`` on they are
+    searched in their Morton order), in blocks of 2 and of 16 (a leaf's worth: 20 queries a support point), the
+    last one short."""
     rng = np.random.default_rng(11)
-    points, off = _packed(_lattice(2500, rng, side=15))
-    queries, q_off = _packed(torch.from_numpy(rng.integers(0, 30, (3000, 3)) * 0.02).float())
+    points, off = _packed(_lattice(support, rng, side=15))
+    queries, q_off = _packed(torch.from_numpy(rng.integers(0, 30, (3001, 3)) * 0.02).float())
     assert_exact_knn("numba", queries, points, 3, q_off, off)
     assert_exact_knn("numba", queries, points, 16, q_off, off)
 
