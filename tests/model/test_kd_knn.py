@@ -90,3 +90,41 @@ def test_it_equals_the_torch_backend_and_is_the_cpu_default(monkeypatch):
     want = knn(points, points, 16, off, off, backend="torch")
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
     assert backends.knn_backend(torch.device("cpu")) == "numba"
+
+
+def test_fps_gives_the_same_samples_in_any_kd_order_it_is_given():
+    """``bucket_fps`` with each cloud's rows in a given order (the kNN tree's kd order, in a hierarchy) samples
+    what the torch backend does: the tree decides which distances to update, never the result; here random
+    orders, lattices with duplicates, clouds of 1 and 70 points (one leaf and two)."""
+    from pointgeope.model.ops import fps
+    from pointgeope.model.ops.bucket_fps import bucket_fps
+
+    rng = np.random.default_rng(13)
+    points, off = _packed(_lattice(900, rng), _lattice(70, rng, side=3), _lattice(1, rng), _lattice(300, rng))
+    sizes = torch.diff(off, prepend=torch.zeros(1, dtype=torch.long)).tolist()
+    kept = [max(1, n // 4) for n in sizes]
+    want, _ = fps(points, off, 4, backend="torch")
+    orders = [rng.permutation(n) for n in sizes[:-1]] + [None]
+    got = bucket_fps(points.numpy(), sizes, kept, orders=orders)
+    np.testing.assert_array_equal(got, want.numpy())
+
+
+def test_a_hierarchy_on_the_cpu_defaults_equals_the_torch_one_and_its_fps_takes_the_knn_trees_order(monkeypatch):
+    """The loader's hierarchy (numba kNN and FPS, the FPS of each stage in the kd order of the tree the stage
+    before built for its kNN) against pure torch (both ops the definition), bit for bit, on clouds full of ties."""
+    import dataclasses
+
+    from pointgeope.model.ops import HierarchySpec, OpsBackends, bucket_fps as bucket_module
+
+    given, real = [], bucket_module.bucket_fps
+    monkeypatch.setattr(bucket_module, "bucket_fps",
+                        lambda *a, orders=None, **kw: given.append(orders) or real(*a, orders=orders, **kw))
+    rng = np.random.default_rng(14)
+    coord, offset = _packed(_lattice(1500, rng, side=10), _lattice(40, rng, side=3), _lattice(3, rng))
+    spec = HierarchySpec((1, 4, 4, 2), (8, 16, 16, 16), OpsBackends("numba", "numba"))
+    got = spec(coord, offset)
+    want = dataclasses.replace(spec, backends=OpsBackends("torch", "torch"))(coord, offset)
+    for f in dataclasses.fields(want):
+        for g, w in zip(getattr(got, f.name), getattr(want, f.name), strict=True):
+            assert (g is None and w is None) or torch.equal(g, w), f.name
+    assert len(given) == 3 and all(o is not None for orders in given for o in orders)

@@ -36,7 +36,7 @@ from pointgeope.model.ops import checks
 from pointgeope.model.ops.backends import KNN_BACKENDS, available, resolve
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts
 
-__all__ = ["knn", "shared_trees"]
+__all__ = ["knn", "shared_trees", "kd_order"]
 
 # Pure-torch brute force: at most this many (query, support) pairs per chunk (64 MiB of float32 distances);
 # on one CPU thread a chunk of 1 MiB, which stays in the cache between the elementwise passes (1.8x
@@ -158,15 +158,26 @@ def shared_trees():
         _shared.sets = previous
 
 
+def _key(kind: str, points: Tensor) -> tuple:
+    return kind, points.data_ptr(), points.shape, points.stride(), points.dtype, points.device
+
+
 def _once(kind: str, points: Tensor, make):
     """``make()``; inside :func:`shared_trees` the value it gave for ``kind`` of this ``points`` tensor there."""
     sets = getattr(_shared, "sets", None)
     if sets is None:
         return make()
-    key = (kind, points.data_ptr(), points.shape, points.stride(), points.dtype, points.device)
+    key = _key(kind, points)
     if key not in sets:
         sets[key] = (points, make())        # holding the tensor keeps its memory: no other takes its address
     return sets[key][1]
+
+
+def kd_order(points: Tensor) -> np.ndarray | None:
+    """The rows of the cloud ``points`` in the kd order of the ``numba`` backend's tree over it, where this thread's
+    :func:`shared_trees` block has built that tree (the FPS of the next stage takes it), else ``None``."""
+    found = getattr(_shared, "sets", None) and _shared.sets.get(_key("kd", points))
+    return found[1][0] if found else None
 
 
 def _in_morton_order(search, query: Tensor) -> tuple[np.ndarray, np.ndarray]:
