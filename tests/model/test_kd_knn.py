@@ -128,3 +128,24 @@ def test_a_hierarchy_on_the_cpu_defaults_equals_the_torch_one_and_its_fps_takes_
         for g, w in zip(getattr(got, f.name), getattr(want, f.name), strict=True):
             assert (g is None and w is None) or torch.equal(g, w), f.name
     assert len(given) == 3 and all(o is not None for orders in given for o in orders)
+
+
+def test_the_neighbours_of_support_rows_are_the_definitions_of_those_points():
+    """``knn_of_rows`` (the transition down's search: queries that are support points, answered from their own
+    leaves) against the reference of ``support[rows]``: rows taken twice, lattice ties, a cloud of 3 points
+    (``n < k``) and one of 1, rows in any order."""
+    from pointgeope.model.ops.knn_rows import knn_of_rows
+    from tests.model.knn_reference import reference_knn
+
+    rng = np.random.default_rng(15)
+    points, off = _packed(_lattice(1200, rng, side=9), _lattice(3, rng), _lattice(1, rng), _lattice(400, rng))
+    starts = [0, *off[:-1].tolist()]
+    picked = [torch.from_numpy(rng.integers(a, b, max(1, (b - a) // 3))) for a, b in zip(starts, off.tolist(),
+                                                                                      strict=True)]
+    picked[0][:5] = picked[0][5]                                    # one row taken six times
+    rows, rows_off = torch.cat(picked), torch.tensor([len(p) for p in picked]).cumsum(0)
+    for backend in ("numba", "torch"):
+        idx, dist2 = knn_of_rows(rows, points, 16, rows_off, off, backend=backend)
+        want_idx, want_d2 = reference_knn(points[rows], points, 16, rows_off, off)
+        np.testing.assert_array_equal(idx.numpy(), want_idx)
+        np.testing.assert_array_equal(dist2.double().numpy(), want_d2)

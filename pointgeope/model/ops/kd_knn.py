@@ -30,7 +30,7 @@ import numpy as np
 from pointgeope.model.ops.bucket_fps import _kd_order
 from pointgeope.model.ops.knn_ties import insert_ranked
 
-__all__ = ["LEAF", "build_tree", "search_self", "search"]
+__all__ = ["LEAF", "build_tree", "search_own", "search"]
 
 LEAF = 16           # points per leaf (80k self-kNN, k = 8, one thread: 8 1.0x, 32 1.15x; a throwaway script)
 _NO_ROW = np.iinfo(np.int64).max
@@ -152,26 +152,37 @@ def _visit_block(rows, xyz, box, low, leaf, root, block, block_box, d2, idx, fil
 
 
 @numba.njit(cache=True)
-def search_self(tree, leaf, k, idx, d2):
-    """``idx, d2 (n, k)``: the ``k`` first ``(d2, row)`` of every point of the tree's own cloud (``k <= n``), in
-    its rows; a leaf's points together, from their own leaf up, a sibling subtree at a time (module docstring)."""
+def search_own(tree, leaf, want, k, idx, d2):
+    """The ``k`` first ``(d2, row)`` (``k <= n``) of the tree's own points ``j`` with ``want[j] >= 0`` (``want (n,)``
+    over the cloud's rows), into row ``want[j]`` of ``idx, d2``; the wanted points of a leaf together, from their
+    own leaf up, a sibling subtree at a time (module docstring)."""
     rows, xyz, box, low = tree
     n, p = xyz.shape[0], box.shape[0] // 2
     stack = np.empty(2 * 64 + 2, np.int64)
     best, best_idx = np.empty((leaf, k), xyz.dtype), np.empty((leaf, k), np.int64)
-    filled = np.zeros(leaf, np.int64)
+    filled, at = np.zeros(leaf, np.int64), np.empty(leaf, np.int64)
+    block, block_box = np.empty((leaf, 3), xyz.dtype), np.empty(6, xyz.dtype)
     for own in range(p, 2 * p):
         lo = (own - p) * leaf
         hi = min(lo + leaf, n)
+        m = 0
+        for a in range(3):
+            block_box[a], block_box[a + 3] = np.inf, -np.inf
         for r in range(lo, hi):
-            filled[r - lo] = _scan(rows, xyz, lo, hi, xyz[r, 0], xyz[r, 1], xyz[r, 2], best, best_idx, r - lo, 0, k)
+            if want[rows[r]] >= 0:
+                at[m] = want[rows[r]]
+                for a in range(3):
+                    block[m, a] = xyz[r, a]
+                    block_box[a], block_box[a + 3] = min(block_box[a], xyz[r, a]), max(block_box[a + 3], xyz[r, a])
+                filled[m] = _scan(rows, xyz, lo, hi, xyz[r, 0], xyz[r, 1], xyz[r, 2], best, best_idx, m, 0, k)
+                m += 1
         v = own
-        while v > 1:
-            _visit_block(rows, xyz, box, low, leaf, v ^ 1, xyz[lo:hi], box[own], best, best_idx, filled, k, stack)
+        while v > 1 and m > 0:
+            _visit_block(rows, xyz, box, low, leaf, v ^ 1, block[:m], block_box, best, best_idx, filled, k, stack)
             v >>= 1
-        for r in range(lo, hi):
+        for t in range(m):
             for c in range(k):
-                idx[rows[r], c], d2[rows[r], c] = best_idx[r - lo, c], best[r - lo, c]
+                idx[at[t], c], d2[at[t], c] = best_idx[t, c], best[t, c]
 
 
 @numba.njit(cache=True)

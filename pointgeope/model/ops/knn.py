@@ -217,7 +217,7 @@ def _cloud_numba(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np
     dtype = tree[1].dtype
     idx, dist2 = np.empty((query.shape[0], k), np.int64), np.empty((query.shape[0], k), dtype)
     if _same_memory(query, support):
-        kd_knn.search_self(tree, kd_knn.LEAF, k, idx, dist2)
+        kd_knn.search_own(tree, kd_knn.LEAF, np.arange(len(idx)), k, idx, dist2)
         return idx, dist2
     q = _numpy(query)
     order = (_once("morton_order", query, lambda: morton_order.cloud_order(q)) if len(q) >= _ORDERED_QUERIES
