@@ -6,9 +6,10 @@ support tensor. Ties: the distance is the float32 ``((dx^2 + dy^2) + dz^2)``, ea
 own (float64 coordinates kept in float64 on the CPU backends and ``torch``; the ``triton`` kernel rounds them to
 float32 first, so there float64 searches are float32 ones), and ties in it go to the smaller row, at the ``k``-th
 distance too, so the result is unique: the ``triton`` backend (``triton_knn``, the CUDA default), the ``torch``
-backend and the CPU trees (pykdtree, the CPU default, and scipy: their candidates re-ranked by ``knn_ties``) give
-it bit for bit for coordinates of every dtype but float64, indices and distances, so a hierarchy built in the
-loader's workers equals the GPU's. torch-cluster alone breaks ties in any order.
+backend and the CPU trees (``numba``'s kd-tree, ``kd_knn``, the CPU default, which searches by the definition's
+order itself; pykdtree and scipy, their candidates re-ranked by ``knn_ties``) give it bit for bit for coordinates
+of every dtype but float64, indices and distances, so a hierarchy built in the loader's workers equals the GPU's.
+torch-cluster alone breaks ties in any order.
 
 **Small clouds.** When a support cloud holds ``n < k`` points, its ``n`` neighbours (sorted) are
 repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
@@ -61,7 +62,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         k: neighbours per query, ``k >= 1`` (the ``triton`` backend: ``k <= backends.TRITON_KNN_MAX_K``, 64; by
             default a larger ``k`` takes the next default backend).
         query_offset, support_offset: ``(B,)`` cumulative counts of both packed batches.
-        backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
+        backend: ``"numba"``, ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
             default of the device (see ``backends``; a default Triton kernel that fails hands over to the
             next default, :mod:`pointgeope.model.kernels`).
         check_finite: check that ``query`` and ``support`` are finite and within ``checks.COORD_LIMIT`` (one
