@@ -4,10 +4,13 @@ PTv1's S3DIS layout (strides 1, 4, 4, 4, 4; k = 8, 16, 16, 16, 16) on ``--clouds
 ``--points`` points each, one point per 4 cm voxel (``bench_model.synthetic_room``), packed in one batch
 on ``--device``. Backends (labels):
 
-    cpu       numba FPS + pykdtree on the host: what a data loader worker pays (coordinates copied to the host)
-    cpu_unordered  the same with the trees' queries in their given order (``knn._ORDERED_QUERIES`` out of
+    cpu       numba FPS + numba kd-tree kNN on the host: what a data loader worker pays (coordinates copied to
+              the host)
+    cpu_pykdtree   the same with pykdtree's kNN (its candidates re-ranked by ``knn_ties``): the baseline of the
+              numba kd-tree, the same result bit for bit
+    cpu_unordered  ``cpu_pykdtree`` with the trees' queries in their given order (``knn._ORDERED_QUERIES`` out of
               reach): the baseline of the Morton order of the queries, the same result bit for bit
-    cpu_any_ties   the same with the trees' own answer for ties (``k`` candidates taken as they come, not
+    cpu_any_ties   ``cpu_pykdtree`` with the trees' own answer for ties (``k`` candidates taken as they come, not
               ``knn_ties.exact_knn``): the baseline of the tie rule, the same result up to tied rows
     cpu_searched_up  the same with every row of the 3-NN up searched (``up_known`` out of reach): the baseline
               of reading the rows the neighbourhoods settle, the same result bit for bit
@@ -73,7 +76,8 @@ from pointgeope.model.ops import HierarchySpec, OpsBackends, PointHierarchy, cou
 from pointgeope.model.ops.hierarchy import UP_NEIGHBOURS
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
-LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "cpu_any_ties": OpsBackends(),
+LABELS = {"cpu": OpsBackends(), "cpu_pykdtree": OpsBackends(knn="pykdtree"),
+          "cpu_unordered": OpsBackends(knn="pykdtree"), "cpu_any_ties": OpsBackends(knn="pykdtree"),
           "cpu_searched_up": OpsBackends(), "cpu_separate": OpsBackends(),
           "default": OpsBackends(),
           "triton": OpsBackends("triton", "triton"),
@@ -100,7 +104,7 @@ def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.de
             return spec(coord.to("cpu"), offset.to("cpu"))
     if label == "cpu_separate":
         return _separate(spec, coord.to("cpu"), offset.to("cpu").tolist())
-    if label == "cpu":
+    if label in ("cpu", "cpu_pykdtree"):
         return spec(coord.to("cpu"), offset.to("cpu"))
     return spec(coord, offset)
 

@@ -21,7 +21,7 @@ def _cloud_of(offset: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(len(offset)), sizes)
 
 
-@pytest.mark.parametrize("knn_backend", [b for b in ("pykdtree", "scipy", "torch") if backends.available(b)])
+@pytest.mark.parametrize("knn_backend", [b for b in ("numba", "pykdtree", "scipy", "torch") if backends.available(b)])
 def test_every_stage_holds_the_brute_force_neighbourhoods_of_exact_fps_samples(knn_backend):
     """First-point FPS (pure torch) so that the samples are checkable against a numpy FPS; the kNN of
     every kind (stage, transition down, 3-NN up) has the brute-force distances and stays in its cloud."""

@@ -86,7 +86,7 @@ def _assert_same_hierarchy(got, want):
             assert (g is None and w is None) or torch.equal(g.cpu(), w.cpu()), f.name
 
 
-@pytest.mark.parametrize("backend", TREES)
+@pytest.mark.parametrize("backend", [*(["numba"] if backends.available("numba") else []), *TREES])
 def test_a_cpu_hierarchy_equals_the_torch_one_bit_for_bit(backend):
     """The loader's hierarchy (numba FPS, a tree backend, shared trees) and the torch kNN's: every sample,
     neighbourhood and 3-NN row and distance equal, on clouds full of ties; the torch one is the definition."""

@@ -13,7 +13,7 @@ from pointgeope.model.ops.knn import shared_trees
 from tests.model.knn_reference import reference_knn
 from tests.model.test_ops import _clouds
 
-TREES = [b for b in ("pykdtree", "scipy") if backends.available(b)]
+TREES = [b for b in ("numba", "pykdtree", "scipy") if backends.available(b)]
 KNN_MODULE = sys.modules["pointgeope.model.ops.knn"]
 
 
@@ -33,7 +33,10 @@ def _tied_clouds(sizes, seed=0):
 
 def _spy_builds(monkeypatch, backend):
     """Record the size of every tree ``backend`` builds."""
-    if backend == "pykdtree":
+    if backend == "numba":
+        from pointgeope.model.ops import kd_knn as module
+        name = "build_tree"
+    elif backend == "pykdtree":
         import pykdtree.kdtree as module
         name = "KDTree"
     else:

@@ -13,7 +13,7 @@ import torch
 from pointgeope.model.ops import HierarchySpec, OpsBackends, backends
 from tests.model.knn_reference import reference_knn
 
-HOST = [b for b in ("pykdtree", "scipy") if backends.available(b)] + ["torch"]
+HOST = [b for b in ("numba", "pykdtree", "scipy") if backends.available(b)] + ["torch"]
 HIERARCHY = sys.modules["pointgeope.model.ops.hierarchy"]
 UP_KNOWN = sys.modules["pointgeope.model.ops.up_known"]
 needs_numba = pytest.mark.skipif(UP_KNOWN.numba is None, reason="numba is not installed")

@@ -163,7 +163,7 @@ def test_torch_turns_every_kernel_off_and_unset_keeps_triton_to_cuda(monkeypatch
     assert not any(kernels.use_triton(k, d) for k in ("knn", "fps", "aggregate", "geope_pairs") for d in (cpu, cuda))
     monkeypatch.delenv("POINTGEOPE_KERNELS")
     assert kernels.use_triton("knn", cuda) and not kernels.use_triton("knn", cpu)
-    assert backends.knn_backend(cpu) in ("pykdtree", "scipy", "torch")
+    assert backends.knn_backend(cpu) in ("numba", "pykdtree", "scipy", "torch")
     with pytest.warns(KernelFallbackWarning):
         kernels.fail("knn", COMPILE_ERROR)
     assert not kernels.use_triton("knn", cuda) and kernels.use_triton("fps", cuda)

@@ -10,7 +10,7 @@ from pointgeope.model.ops.interpolate import EPS
 from tests.conftest import cuda_devices
 from tests.model.fps_reference import reference_fps
 
-KNN = [b for b in ("pykdtree", "scipy", "torch") if backends.available(b)]
+KNN = [b for b in ("numba", "pykdtree", "scipy", "torch") if backends.available(b)]
 FPS = [b for b in ("numba", "torch") if backends.available(b)]
 
 

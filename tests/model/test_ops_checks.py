@@ -20,10 +20,11 @@ from pointgeope.model.ops import (
 )
 from pointgeope.model.ops.checks import check_count, check_finite
 
-KNN = [b for b in ("pykdtree", "scipy", "torch", "cluster", "triton") if backends.available(b)]
+KNN = [b for b in ("numba", "pykdtree", "scipy", "torch", "cluster", "triton") if backends.available(b)]
 FPS = [b for b in ("numba", "torch", "triton") if backends.available(b)]
 # (knn, fps) pairs of the hierarchy: the CPU defaults, the fallbacks, the CUDA default (interpreted here)
-PAIRS = [p for p in (("pykdtree", "numba"), ("scipy", "torch"), ("torch", "torch"), ("triton", "triton"))
+PAIRS = [p for p in (("numba", "numba"), ("pykdtree", "numba"), ("scipy", "torch"), ("torch", "torch"),
+                     ("triton", "triton"))
          if all(backends.available(b) for b in p)]
 
 

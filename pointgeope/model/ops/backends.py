@@ -3,6 +3,9 @@
 Measured on the shared 2-core CPU at 80k points (torch-cluster figures from an earlier build of it;
 ``bench/bench_model.py`` re-measures the others, one thread, CPU seconds, in ``bench_model.json``):
 
+- kNN, k = 8, of every point of an 80k crop: ``numba`` (``kd_knn``, the definition's ties directly) 0.060 s with its
+  tree, ``pykdtree`` with the tie rule's re-ranking (``knn_ties``) 0.076 s (one thread, this machine under load; a
+  whole CPU hierarchy 0.85x, ``bench/results/bench_hierarchy_cpu_kd_knn_1thread.json``).
 - kNN, k = 16: ``pykdtree`` 0.14-0.39 s, ``scipy`` cKDTree 0.20-0.82 s (``workers=-1`` does not help on
   2 cores), torch-cluster 0.36 s, pure torch (chunked brute force, quadratic) about 60 s.
 - FPS, 80k -> 20k: ``numba`` (``bucket_fps``, a bucket tree) 0.05-0.08 s at one thread and at two on the
@@ -10,7 +13,8 @@ Measured on the shared 2-core CPU at 80k points (torch-cluster figures from an e
   (``bench/results/bench_fps.json``); pure torch (iterative, one small step per sample) about 6 s. Every FPS
   backend gives the same sequence (``fps.FPS_RULE``).
 
-So CPU tensors go to ``pykdtree`` / ``numba`` (falling back to ``scipy`` / pure torch when missing).
+So CPU tensors go to ``numba`` for both ops (the kNN falling back to ``pykdtree``, ``scipy``, pure torch, the FPS
+to pure torch, when missing).
 CUDA tensors go to the ``triton`` kernels (``triton_knn``, ``triton_fps``: exact, no build step; Triton ships
 with CUDA builds of torch) where :mod:`pointgeope.model.kernels` says Triton runs (``POINTGEOPE_KERNELS``; a
 kernel that failed on this device is off, and its op takes the next backend), else kNN to torch-cluster when
@@ -40,7 +44,7 @@ from pointgeope.model import kernels
 __all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "TRITON_KNN_MAX_K", "OpsBackends", "available", "knn_backend", "fps_backend",
            "resolve", "summary"]
 
-KNN_BACKENDS = ("pykdtree", "scipy", "torch", "cluster", "triton")
+KNN_BACKENDS = ("numba", "pykdtree", "scipy", "torch", "cluster", "triton")
 FPS_BACKENDS = ("numba", "torch", "triton")
 _MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "numba": "numba", "cluster": "torch_cluster",
             "torch": "torch", "triton": "triton"}
@@ -79,7 +83,7 @@ def knn_backend(device: torch.device, k: int = 1) -> str:
     if k <= TRITON_KNN_MAX_K and kernels.use_triton("knn", device):
         return "triton"
     if device.type == "cpu":
-        for name in ("pykdtree", "scipy"):
+        for name in ("numba", "pykdtree", "scipy"):
             if available(name):
                 return name
         return "torch"

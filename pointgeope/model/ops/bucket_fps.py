@@ -172,13 +172,14 @@ def _step(xyz, rows, dist, leaf, box, nmax, narg, c, stack, inner):
 
 
 @numba.njit(cache=True)
-def _sample_cloud(points, start, n, m, leaf, out, o):
+def _sample_cloud(points, start, n, m, leaf, out, o, rows):
     """The first ``m`` FPS samples of the cloud ``points[start:start + n]`` (float32), global rows, into
-    ``out[o:o + m]``."""
+    ``out[o:o + m]``; ``rows`` its kd order (``(0,)``: made here)."""
     p = 1
     while p * leaf < n:
         p *= 2
-    rows = _kd_order(points, start, n, leaf, p)
+    if rows.shape[0] != n:
+        rows = _kd_order(points, start, n, leaf, p)
     xyz = np.empty((3, n), np.float32)                   # sorted x | y | z
     for i in range(n):
         for a in range(3):
@@ -196,16 +197,18 @@ def _sample_cloud(points, start, n, m, leaf, out, o):
 
 
 @numba.njit(cache=True)
-def _bucket_fps_packed(points, sizes, kept, leaf):
+def _bucket_fps_packed(points, sizes, kept, leaf, orders, given):
     out = np.empty(kept.sum(), np.int64)
     start, o = 0, 0
     for b in range(sizes.shape[0]):
-        _sample_cloud(points, start, sizes[b], kept[b], leaf, out, o)
+        rows = orders[start:start + sizes[b]].copy() if given[b] else np.empty(0, np.int64)
+        _sample_cloud(points, start, sizes[b], kept[b], leaf, out, o, rows)
         start, o = start + sizes[b], o + kept[b]
     return out
 
 
-def bucket_fps(points: np.ndarray, sizes: list[int], kept: list[int], leaf: int = LEAF) -> np.ndarray:
+def bucket_fps(points: np.ndarray, sizes: list[int], kept: list[int], leaf: int = LEAF,
+               orders: list[np.ndarray | None] | None = None) -> np.ndarray:
     """The first ``kept[b]`` FPS samples of every cloud of a packed batch.
 
     Args:
@@ -214,6 +217,10 @@ def bucket_fps(points: np.ndarray, sizes: list[int], kept: list[int], leaf: int 
         sizes: ``(B,)`` points per cloud (each >= 1), summing to ``N``.
         kept: ``(B,)`` samples per cloud, ``1 <= kept[b] <= sizes[b]``.
         leaf: points per leaf of the tree (speed only).
+        orders: per cloud, its rows ``0 .. n_b - 1`` in a kd order made elsewhere or ``None`` (made here): the
+            order of the ``numba`` kNN's tree (``kd_knn``), whose leaves of 16 are grouped by four into this
+            tree's leaves of 64 with the same splits above them, spares the second one (speed only: the tree
+            never changes the samples).
 
     Returns:
         ``(sum(kept),)`` int64 global rows, cloud by cloud, each in sampling order.
@@ -226,4 +233,11 @@ def bucket_fps(points: np.ndarray, sizes: list[int], kept: list[int], leaf: int 
     if not ((kept_a >= 1) & (kept_a <= sizes_a)).all() or leaf < 1:
         raise ValueError(f"expected 1 <= kept <= size for every cloud and leaf >= 1, got kept {kept}, leaf {leaf}")
     check_coordinates("points", torch.from_numpy(pts))
-    return _bucket_fps_packed(pts, sizes_a, kept_a, leaf)
+    orders = orders or [None] * len(sizes_a)
+    if len(orders) != len(sizes_a) or any(o is not None and len(o) != n for o, n in zip(orders, sizes_a, strict=False)):
+        raise ValueError(f"expected one order (or None) a cloud, each of its {sizes_a.tolist()} rows, got lengths "
+                         f"{[None if o is None else len(o) for o in orders]}")
+    given = np.array([o is not None for o in orders], np.bool_)
+    packed = np.concatenate([np.zeros(n, np.int64) if o is None else np.asarray(o, np.int64)
+                             for o, n in zip(orders, sizes_a, strict=True)])
+    return _bucket_fps_packed(pts, sizes_a, kept_a, leaf, packed, given)

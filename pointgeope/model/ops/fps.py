@@ -28,6 +28,7 @@ multiply-adds, and its argmax over threads does not keep the smallest index.)
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -97,10 +98,14 @@ def _fps_triton(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
 
 
 def _fps_numba(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
+    """``bucket_fps``, each cloud's tree in the kd order of the kNN's tree over it where a hierarchy built one."""
     from pointgeope.model.ops.bucket_fps import bucket_fps
+    from pointgeope.model.ops.knn import kd_order
 
+    starts = [0, *itertools.accumulate(sizes)]
+    orders = [kd_order(points.detach()[a:b]) for a, b in itertools.pairwise(starts)]
     pts = points.detach().to("cpu", torch.float32).numpy()
-    return torch.from_numpy(bucket_fps(pts, sizes, kept)).to(points.device)
+    return torch.from_numpy(bucket_fps(pts, sizes, kept, orders=orders)).to(points.device)
 
 
 def _next_default(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:

@@ -2,7 +2,7 @@
 
 Everything the network's point ops produce (FPS samples, kNN neighbourhoods, 3-NN interpolation) depends
 only on the input coordinates, so it can be computed before the network runs: in the data loader's CPU
-workers with the fast CPU backends (``numba``'s bucket FPS, ``pykdtree``) while the GPU trains, or by the model
+workers with the fast CPU backends (``numba``'s bucket FPS and kd-tree kNN) while the GPU trains, or by the model
 itself. For stages ``s = 0 .. S-1`` with ``strides[s]`` and ``neighbours[s] = k_s``::
 
     coord_0      = coord                                        (strides[0] == 1 keeps every point)
@@ -18,8 +18,10 @@ k_{s-1}``, ``down_s = neighbours_{s-1}[sample_s]`` (each query of ``down_s`` is 
 cloud and ``k`` alone), so it is gathered, not searched again. On the host's exact backends (pykdtree, scipy,
 torch) ``up_s`` is read from ``neighbours_{s+1}`` for the sampled rows and from ``neighbours_s`` for the rows it
 settles, the rest searched (``up_known``: the same result, bit for bit). On the tree backends every stage's
-tree is built once for the kNN that search it (``knn.shared_trees``). Every op works per cloud with global rows, so the
-hierarchy of a packed batch is the per-cloud hierarchies with their rows shifted by the cloud's start
+tree is built once for the kNN that search it (``knn.shared_trees``); with ``numba``'s (``kd_knn``) the FPS of the
+next stage takes that tree's kd order (``knn.kd_order``) and a searched transition down answers its queries, the
+samples, from their own leaves (``knn_rows``), the same result bit for bit. Every op works per cloud with global
+rows, so the hierarchy of a packed batch is the per-cloud hierarchies with their rows shifted by the cloud's start
 in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
 """
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pointgeope.model.ops.checks import check_coordinates, check_count
 from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.hierarchy_check import check_types
 from pointgeope.model.ops.knn import knn, shared_trees
+from pointgeope.model.ops.knn_rows import knn_of_rows
 from pointgeope.model.ops.morton import shared_layouts
 from pointgeope.model.ops.offsets import check_offset, counts
 from pointgeope.model.ops.up_known import known_up
@@ -44,6 +47,7 @@ from pointgeope.model.ops.up_known import known_up
 __all__ = ["PointHierarchy", "HierarchySpec", "UP_NEIGHBOURS"]
 
 UP_NEIGHBOURS = 3  # transition up interpolates from the 3 nearest coarse points
+_HOST_EXACT = ("numba", "pykdtree", "scipy", "torch")   # the host's kNN backends with the definition's ties
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ class HierarchySpec:
     """What a network needs: its ``strides`` and ``neighbours`` per stage and the ops ``backends``.
 
     Calling it builds the hierarchy of ``coord (N, 3)``, ``offset (B,)`` on their device (the backends'
-    defaults of that device: on the CPU ``numba`` and ``pykdtree``). Picklable, so a data loader's
+    defaults of that device: on the CPU ``numba`` for both ops). Picklable, so a data loader's
     workers can hold one."""
 
     strides: tuple[int, ...]
@@ -151,7 +155,7 @@ class HierarchySpec:
                 if neighbours and neighbours[-1].shape[1] == k:      # down_s = neighbours_{s-1}[sample_s]
                     group = neighbours[-1][sample]
                 else:
-                    group, _ = knn(new_c, c, k, new_off, off, backend=knn_backend, check_finite=False)
+                    group, _ = knn_of_rows(sample, c, k, new_off, off, backend=knn_backend, check_finite=False)
                 samples.append(sample)
                 down.append(group)
                 c, off = new_c, new_off
@@ -177,7 +181,7 @@ class HierarchySpec:
                        check_finite=False)
 
         host_exact = coords[s].device.type == "cpu" and resolve(
-            self.backends.knn, KNN_BACKENDS, coords[s].device, "knn", UP_NEIGHBOURS) in ("pykdtree", "scipy", "torch")
+            self.backends.knn, KNN_BACKENDS, coords[s].device, "knn", UP_NEIGHBOURS) in _HOST_EXACT
         if samples[s + 1] is None or not host_exact or near[s + 1][0].shape[1] < UP_NEIGHBOURS:
             return search(None, offsets[s])
         return known_up(samples[s + 1], (offsets[s], offsets[s + 1]), near[s], near[s + 1], UP_NEIGHBOURS, search)

@@ -6,9 +6,10 @@ support tensor. Ties: the distance is the float32 ``((dx^2 + dy^2) + dz^2)``, ea
 own (float64 coordinates kept in float64 on the CPU backends and ``torch``; the ``triton`` kernel rounds them to
 float32 first, so there float64 searches are float32 ones), and ties in it go to the smaller row, at the ``k``-th
 distance too, so the result is unique: the ``triton`` backend (``triton_knn``, the CUDA default), the ``torch``
-backend and the CPU trees (pykdtree, the CPU default, and scipy: their candidates re-ranked by ``knn_ties``) give
-it bit for bit for coordinates of every dtype but float64, indices and distances, so a hierarchy built in the
-loader's workers equals the GPU's. torch-cluster alone breaks ties in any order.
+backend and the CPU trees (``numba``'s kd-tree, ``kd_knn``, the CPU default, which searches by the definition's
+order itself; pykdtree and scipy, their candidates re-ranked by ``knn_ties``) give it bit for bit for coordinates
+of every dtype but float64, indices and distances, so a hierarchy built in the loader's workers equals the GPU's.
+torch-cluster alone breaks ties in any order.
 
 **Small clouds.** When a support cloud holds ``n < k`` points, its ``n`` neighbours (sorted) are
 repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
@@ -36,7 +37,7 @@ from pointgeope.model.ops import checks
 from pointgeope.model.ops.backends import KNN_BACKENDS, available, resolve
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts
 
-__all__ = ["knn", "shared_trees"]
+__all__ = ["knn", "shared_trees", "kd_order"]
 
 # Pure-torch brute force: at most this many (query, support) pairs per chunk (64 MiB of float32 distances);
 # on one CPU thread a chunk of 1 MiB, which stays in the cache between the elementwise passes (1.8x
@@ -61,7 +62,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         k: neighbours per query, ``k >= 1`` (the ``triton`` backend: ``k <= backends.TRITON_KNN_MAX_K``, 64; by
             default a larger ``k`` takes the next default backend).
         query_offset, support_offset: ``(B,)`` cumulative counts of both packed batches.
-        backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
+        backend: ``"numba"``, ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
             default of the device (see ``backends``; a default Triton kernel that fails hands over to the
             next default, :mod:`pointgeope.model.kernels`).
         check_finite: check that ``query`` and ``support`` are finite and within ``checks.COORD_LIMIT`` (one
@@ -112,7 +113,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     if chosen == "cluster":
         idx, dist2 = _knn_cluster(query, support, k, q_off, s_off)
         return idx, dist2.to(out_dtype)
-    fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
+    fn = {"numba": _cloud_numba, "pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
     idx_parts, dist_parts = [], []
     q_start = s_start = 0
     for q_end, s_end in zip(q_off, s_off, strict=True):
@@ -158,15 +159,26 @@ def shared_trees():
         _shared.sets = previous
 
 
+def _key(kind: str, points: Tensor) -> tuple:
+    return kind, points.data_ptr(), points.shape, points.stride(), points.dtype, points.device
+
+
 def _once(kind: str, points: Tensor, make):
     """``make()``; inside :func:`shared_trees` the value it gave for ``kind`` of this ``points`` tensor there."""
     sets = getattr(_shared, "sets", None)
     if sets is None:
         return make()
-    key = (kind, points.data_ptr(), points.shape, points.stride(), points.dtype, points.device)
+    key = _key(kind, points)
     if key not in sets:
         sets[key] = (points, make())        # holding the tensor keeps its memory: no other takes its address
     return sets[key][1]
+
+
+def kd_order(points: Tensor) -> np.ndarray | None:
+    """The rows of the cloud ``points`` in the kd order of the ``numba`` backend's tree over it, where this thread's
+    :func:`shared_trees` block has built that tree (the FPS of the next stage takes it), else ``None``."""
+    found = getattr(_shared, "sets", None) and _shared.sets.get(_key("kd", points))
+    return found[1][0] if found else None
 
 
 def _in_morton_order(search, query: Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -193,6 +205,32 @@ def _morton_sorted(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order), dtype=order.dtype)
     return rank, q[order]
+
+
+def _cloud_numba(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition's ``k`` neighbours from ``kd_knn``'s tree (exact, ties included: no re-ranking). A query
+    cloud that is the support cloud itself (the same memory) is searched from each point's own leaf, another in
+    its Morton order from ``_ORDERED_QUERIES`` queries (each cloud ordered once inside :func:`shared_trees`)."""
+    from pointgeope import morton_order
+    from pointgeope.model.ops import kd_knn
+
+    tree = _once("kd", support, lambda: kd_knn.build_tree(_numpy(support), kd_knn.LEAF))
+    dtype = tree[1].dtype
+    idx, dist2 = np.empty((query.shape[0], k), np.int64), np.empty((query.shape[0], k), dtype)
+    if _same_memory(query, support):
+        kd_knn.search_own(tree, kd_knn.LEAF, np.arange(len(idx)), k, idx, dist2)
+        return idx, dist2
+    q = _numpy(query)
+    order = (_once("morton_order", query, lambda: morton_order.cloud_order(q)) if len(q) >= _ORDERED_QUERIES
+             else np.arange(len(q)))
+    kd_knn.search(tree, kd_knn.LEAF, q, order, k, idx, dist2)
+    return idx, dist2
+
+
+def _same_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` are views of the same values (address, shape, strides, dtype, device)."""
+    return (a.data_ptr(), a.shape, a.stride(), a.dtype, a.device) == (b.data_ptr(), b.shape, b.stride(), b.dtype,
+                                                                       b.device)
 
 
 def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
