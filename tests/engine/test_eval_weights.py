@@ -13,11 +13,14 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from pointgeope.engine import build, eval_weights
 from pointgeope.engine.config import Config, EvalConfig, load_config
-from pointgeope.engine.eval_weights import cast_linears
+from pointgeope.engine.eval_weights import ALIGN_BYTES, cast_weights
 from pointgeope.engine.evaluate import vote_room
+from pointgeope.model.ptv3.sparse_conv import SubMConv3d
 from tests.engine.test_evaluate import room
 from tests.engine.test_ptv3_engine import PTV3_DEMO
 from tests.engine.test_vote_depth import NET as PTV3_NET, box_room
@@ -40,13 +43,36 @@ def linears(model: nn.Module) -> list[nn.Linear]:
 
 
 def weight_dtypes(model: nn.Module) -> list[set[torch.dtype]]:
-    """A forward pre-hook that records, at each forward, the dtypes the Linears' ``weight`` and ``bias`` read as
-    (the attention layers' q, k, v too, which the layer reads without calling them)."""
+    """A forward pre-hook that records, at each forward, the dtypes the Linears' ``weight`` and ``bias`` and the
+    sparse convolutions' ``weight`` read as (the attention layers' q, k, v too, which the layer reads without
+    calling them)."""
     seen: list[set[torch.dtype]] = []
-    model.register_forward_pre_hook(
-        lambda module, args: seen.append({t.dtype for m in linears(module) for t in (m.weight, m.bias)
-                                          if t is not None}))
+    model.register_forward_pre_hook(lambda module, args: seen.append(
+        {t.dtype for m in linears(module) for t in (m.weight, m.bias) if t is not None}
+        | {m.weight.dtype for m in module.modules() if isinstance(m, SubMConv3d)}))
     return seen
+
+
+class WeightCasts(TorchDispatchMode):
+    """Counts the casts (``aten._to_copy``, ``aten.to``, to another dtype) of a tensor made from the model's
+    weights alone: its parameters, what its modules read as ``weight`` and ``bias``, and views and results of ops
+    on those only."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        roots = [*model.parameters(), *(getattr(m, n) for m in model.modules() for n in ("weight", "bias")
+                                        if isinstance(getattr(m, n, None), torch.Tensor))]
+        self.ids, self.keep, self.casts = {id(t) for t in roots}, roots, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if tensors and all(id(t) in self.ids for t in tensors):
+            outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            self.casts += func.__name__.split(".")[0] in ("_to_copy", "to") and outs[0].dtype != tensors[0].dtype
+            self.ids.update(id(o) for o in outs)
+            self.keep += outs
+        return out
 
 
 def dataclass_amp(cfg: Config, amp: str) -> Config:
@@ -95,7 +121,7 @@ def test_fp16_copies_give_autocasts_logits_bit_for_bit():
     feat, offset = torch.cat([torch.rand(300, 3, generator=g), coord], 1), torch.tensor([120, 300])
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.float16):
         cast = model(coord, feat, offset)
-        with cast_linears(model, torch.float16) as n:
+        with cast_weights(model, torch.float16) as n:
             copied = model(coord, feat, offset)
     assert n == sum(1 + (m.bias is not None) for m in linears(model)) and copied.dtype == torch.float16
     assert torch.equal(copied, cast)
@@ -115,20 +141,25 @@ def same(a: tuple, b: tuple) -> bool:
         sa[k][:2] == sb[k][:2] and torch.equal(sa[k][2], sb[k][2]) for k in sa)
 
 
-def test_nothing_is_left_behind_also_after_an_error():
-    """Inside the ``with`` every Linear reads a bf16 copy while the parameters, state dict and buffers stay
-    the float32 ones; after it, and after an exception raised inside it, the model is as before."""
-    model = tiny("geope", 10**6)[0]
+@pytest.mark.parametrize("backbone", ["geope", "ptv3"])
+def test_nothing_is_left_behind_also_after_an_error(backbone):
+    """Inside the ``with`` every Linear and sparse convolution reads a bf16 copy while the parameters, state dict
+    and buffers stay the float32 ones; after it, and after an exception raised inside it, the model is as
+    before."""
+    model = tiny(backbone, 10**6)[0]
     before = snapshot(model)
-    with cast_linears(model, BF16) as n:
-        assert n == sum(1 + (m.bias is not None) for m in linears(model)) > 0
-        assert all(m.weight.dtype == BF16 and m._parameters["weight"].dtype == torch.float32 for m in linears(model))
+    convs = [m for m in model.modules() if isinstance(m, SubMConv3d)]
+    assert bool(convs) == (backbone == "ptv3")
+    with cast_weights(model, BF16) as n:
+        assert n == sum(1 + (m.bias is not None) for m in linears(model)) + len(convs) > 0
+        assert all(m.weight.dtype == BF16 and m._parameters["weight"].dtype == torch.float32
+                   for m in linears(model) + convs)
         assert same(snapshot(model)[:3] + (before[3],), before)     # only the instance attributes differ
     assert same(snapshot(model), before)
-    with pytest.raises(RuntimeError, match="inside"), cast_linears(model, BF16):
+    with pytest.raises(RuntimeError, match="inside"), cast_weights(model, BF16):
         raise RuntimeError("inside")
     assert same(snapshot(model), before)
-    assert all(m.weight is m._parameters["weight"] for m in linears(model))
+    assert all(m.weight is m._parameters["weight"] for m in linears(model) + convs)
 
 
 def test_a_weight_changed_between_two_runs_is_seen(as_on_cuda):
@@ -172,11 +203,11 @@ def test_only_what_autocast_would_cast_is_copied_and_nested_runs_keep_the_outer_
     outer copies in place."""
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 4).double(), nn.LazyLinear(2), nn.Linear(4, 4).to(BF16),
                           nn.Linear(4, 5, bias=False))
-    with cast_linears(model, BF16) as n:
+    with cast_weights(model, BF16) as n:
         assert n == 3                                        # [0].weight, [0].bias, [4].weight
         assert model[0].weight.dtype == model[0].bias.dtype == model[4].weight.dtype == BF16
         assert model[1].weight.dtype == torch.float64 and model[3].weight is model[3]._parameters["weight"]
-        with cast_linears(model, BF16) as inner:
+        with cast_weights(model, BF16) as inner:
             assert inner == 0
         assert model[0].weight.dtype == BF16 and "weight" in vars(model[0])
     assert all("weight" not in vars(m) and "bias" not in vars(m) for m in model)
@@ -184,15 +215,15 @@ def test_only_what_autocast_would_cast_is_copied_and_nested_runs_keep_the_outer_
 
 @pytest.fixture
 def copies_made(monkeypatch) -> list[int]:
-    """How many tensors each ``cast_linears`` of the engine copied, in the order of the ``with``s."""
-    made, real = [], eval_weights.cast_linears
+    """How many tensors each ``cast_weights`` of the engine copied, in the order of the ``with``s."""
+    made, real = [], eval_weights.cast_weights
 
     @contextlib.contextmanager
     def recording(model, dtype):
         with real(model, dtype) as n:
             made.append(n)
             yield n
-    monkeypatch.setattr(eval_weights, "cast_linears", recording)
+    monkeypatch.setattr(eval_weights, "cast_weights", recording)
     return made
 
 
@@ -223,3 +254,45 @@ def test_predict_copies_the_weights_once_for_all_its_scans(as_on_cuda, copies_ma
     assert cli(["predict", str(tiny_run), *map(str, (raw / r for r in rooms)), "--out", str(tmp_path),
                 "eval.amp=bf16"]) == 0
     assert len(copies_made) == 1 + len(rooms) and copies_made[0] > 0 and copies_made[1:] == [0] * len(rooms)
+
+
+@pytest.mark.parametrize("backbone", ["rpe", "geope", "ptv3"])
+def test_the_test_forward_casts_no_weight_inside_the_copies(backbone):
+    """One bf16 autocast forward in inference mode: autocast casts weights (Linears' and, in PTv3, each sparse
+    convolution offset's) without the copies, and none inside them."""
+    model = tiny(backbone, 10**6)[0]
+    g = torch.Generator().manual_seed(2)
+    grid = torch.randperm(8 ** 3, generator=g)[:150]
+    grid = torch.stack([grid // 64, grid // 8 % 8, grid % 8], 1)
+    coord = (grid.float() + torch.rand(150, 3, generator=g)) * 0.1
+    feat = torch.rand(150, 6, generator=g) if backbone == "ptv3" else torch.cat([torch.rand(150, 3, generator=g),
+                                                                                  coord], 1)
+    extra = {"grid_coord": grid} if backbone == "ptv3" else {}
+    counts = []
+    for copies in (False, True):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=BF16), \
+                cast_weights(model, BF16) if copies else contextlib.nullcontext():
+            with WeightCasts(model) as casts:
+                model(coord, feat, torch.tensor([150]), **extra)
+        counts.append(casts.casts)
+    assert counts[0] >= sum(1 + (m.bias is not None) for m in linears(model)) and counts[1] == 0
+
+
+def test_a_sparse_convolution_reads_each_offset_as_autocasts_cast_of_it():
+    """A ``SubMConv3d``'s copy: each kernel offset's ``(C_out, C_in)`` a view of the copy with the values and the
+    strides of autocast's cast of the float32 slice, its block on an ``ALIGN_BYTES`` boundary of the storage; the
+    bias stays the float32 parameter (added in float32)."""
+    torch.manual_seed(0)
+    conv = SubMConv3d(5, 6, kernel_size=3)
+    param = conv.weight
+    with cast_weights(conv, BF16) as n:
+        assert n == 1 and conv.bias is conv._parameters["bias"] and conv.weight.dtype == BF16
+        offsets = conv.weight.reshape(6, -1, 5)
+        assert offsets.data_ptr() == conv.weight.data_ptr() and offsets.shape == (6, 27, 5)   # a view
+        start = conv.weight.untyped_storage().data_ptr()
+        for i in range(27):
+            cast = param.reshape(6, -1, 5)[:, i].t().to(BF16)          # autocast's: the product's operand
+            mine = offsets[:, i].t()
+            assert torch.equal(mine, cast) and mine.stride() == cast.stride() == (1, 5)
+            assert (mine.data_ptr() - start) % ALIGN_BYTES == 0
+    assert conv.weight is param
