@@ -1,6 +1,6 @@
-"""Tests of pointgeope/engine/eval_weights.py: the test's half-precision copies of the Linear weights give the
-logits of autocast's own casts bit for bit (PTv1 ``rpe`` and ``geope``, PTv3; one piece per forward and many),
-leave no state behind, never outlive their run, and copy nothing in float32.
+"""Tests of pointgeope/engine/eval_weights.py: the test's half-precision copies of the weights (Linears, sparse
+convolutions) give the logits of autocast's own casts bit for bit (PTv1 ``rpe`` and ``geope``, PTv3; one piece
+per forward and many), leave no state behind, never outlive their run, and copy nothing in float32.
 
 CUDA's autocast is stood in for by the CPU's (``build.autocast_dtype`` asked as for a CUDA device): the same rule
 for a Linear, ``linear(x.to(h), W.to(h), b.to(h))``."""
@@ -96,7 +96,7 @@ def tiny(backbone: str, batch_points: int, amp: str = "bf16"):
 @pytest.mark.parametrize("batch_points", [1, 10**6], ids=["piece-a-forward", "one-batch"])
 @pytest.mark.parametrize("backbone", ["rpe", "geope", "ptv3"])
 def test_the_copies_give_autocasts_scores_bit_for_bit(as_on_cuda, monkeypatch, backbone, batch_points):
-    """``vote_room`` under ``eval.amp: bf16``: its scores with the copies (every Linear reading bf16 weights)
+    """``vote_room`` under ``eval.amp: bf16``: its scores with the copies (every layer reading bf16 weights)
     equal those of autocast casting the float32 weights at each call, bit for bit; float32's differ (the
     comparison sees a rounding)."""
     model, cfg, (coord, color), kwargs = tiny(backbone, batch_points)
