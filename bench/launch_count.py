@@ -11,7 +11,8 @@ beside the forward hands it over), along the CUDA path's kernel choices (``launc
   SGD with ``foreach`` as on CUDA), phases forward, loss, backward, optimizer;
 - ``--what test``: one test forward as ``evaluate`` and ``predict`` run it (``engine.vote_batches.VoteSink``: the
   model in eval mode under ``torch.inference_mode``, ``eval.amp``'s autocast, the logits made float32), phases
-  forward and output; the hierarchy built beside it (on a side stream) is not counted;
+  forward and output; the hierarchy built beside it (on a side stream) is not counted, nor are the copies of the
+  weights in ``eval.amp``'s dtype that the run makes once before its first batch (:func:`run_copies`);
 - ``--amp bf16``: ``train.amp`` (``--what step``) or ``eval.amp`` (``--what test``) bf16, autocast on the CPU in
   place of CUDA's (``launch_counter.cuda_autocast``: a model, the CPU's autocast lists are not CUDA's).
 
@@ -120,6 +121,18 @@ def preset_test(preset: str, points: int, clouds: int, amp: str = "none"):
     return forward, model
 
 
+def run_copies(model: torch.nn.Module, amp: str):
+    """The run around the counted test forward: ``evaluate`` and ``predict`` make ``eval.amp``'s copies of the
+    Linears' weights once, before their first batch (``engine.eval_weights.copies``), so they are made before the
+    counted forward and not counted; nothing for a tree without them (``--before`` at an older commit)."""
+    try:
+        from pointgeope.engine import eval_weights
+    except ImportError:
+        return contextlib.nullcontext()
+    from pointgeope.engine.config import Config, EvalConfig
+    return eval_weights.copies(model, Config(eval=EvalConfig(amp=amp)), torch.device("cpu"))
+
+
 def count(presets: list[str], points: int, clouds: int, what: str = "step", amp: str = "none") -> dict:
     """Each preset's launches of its second step or test forward (the first, on the same path, creates the
     optimiser's momentum buffers and what the kernels keep from call to call: the norm's zeroed tickets,
@@ -134,9 +147,10 @@ def count(presets: list[str], points: int, clouds: int, what: str = "step", amp:
                 out[preset] = count_step(step, model, optimizer).summary(model, phases=PHASES)
             else:
                 forward, model = preset_test(preset, points, clouds, amp)
-                with cuda_choices():
-                    forward()
-                out[preset] = count_forward(forward, model).summary(model, phases=TEST_PHASES)
+                with run_copies(model, amp):
+                    with cuda_choices():
+                        forward()
+                    out[preset] = count_forward(forward, model).summary(model, phases=TEST_PHASES)
         print(f"{preset} {what}: {out[preset]['launches']} launches ({out[preset]['triton']} Triton), by phase "
               f"{out[preset]['by_phase']}", flush=True)
     return out

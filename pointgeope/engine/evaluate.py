@@ -57,7 +57,7 @@ from pointgeope.data.ptv3_dataset import check_normals
 from pointgeope.data.ptv3_test import feature_normals, ptv3_room_pieces
 from pointgeope.data.rooms import RoomRef
 from pointgeope.data.transforms import ToData
-from pointgeope.engine import build, distributed, placement
+from pointgeope.engine import build, distributed, eval_weights, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.fold_lock import fold_folder
@@ -207,7 +207,7 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
                             layout, show_progress, normal)
     thread = placement.pipelined(device)
     ahead = Prefetch(batches, depth=2, name="vote_room batches") if thread else contextlib.nullcontext(batches)
-    with ahead as ready:
+    with ahead as ready, eval_weights.copies(model, cfg, device):  # eval.amp: the run's copies, else the room's
         for batch in ready:
             sink.add(batch)
     sink.finish()
@@ -259,14 +259,15 @@ def predict_areas(model: torch.nn.Module, cfg: Config, areas: list[str], env: di
     bars = env.is_main and cfg.train.progress
     if cfg.data.normal:   # every rank checks every room (not its share): all refuse together, none waits
         check_normals([RoomRef(area_path(root, area), area, room, 0) for area, room in jobs])
-    for area, room in progress(mine, bars, desc=progress_desc or "evaluate", total=len(mine)):
-        data = read_room(area_path(root, area), room, fields=("coord", "color") + (NORMAL,) * cfg.data.normal)
-        result = vote_room(model, data["coord"], data["color"], cfg, env.device, seed=room_seed(cfg.train.seed, room),
-                           show_progress=bars, normal=data.get(NORMAL))
-        if (result.votes < 1).any():
-            raise RuntimeError(f"{area}/{room}: {(result.votes < 1).sum()} points got no prediction")
-        out[area][room] = result.scores.argmax(1).astype(np.uint8)
-        stats[f"{area}/{room}"] = {"fragments": result.fragments, "filled": result.filled}
+    with eval_weights.copies(model, cfg, env.device):   # eval.amp's copies of the weights: once for all the rooms
+        for area, room in progress(mine, bars, desc=progress_desc or "evaluate", total=len(mine)):
+            data = read_room(area_path(root, area), room, fields=("coord", "color") + (NORMAL,) * cfg.data.normal)
+            result = vote_room(model, data["coord"], data["color"], cfg, env.device,
+                               seed=room_seed(cfg.train.seed, room), show_progress=bars, normal=data.get(NORMAL))
+            if (result.votes < 1).any():
+                raise RuntimeError(f"{area}/{room}: {(result.votes < 1).sum()} points got no prediction")
+            out[area][room] = result.scores.argmax(1).astype(np.uint8)
+            stats[f"{area}/{room}"] = {"fragments": result.fragments, "filled": result.filled}
     return out, stats
 
 

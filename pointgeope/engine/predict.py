@@ -28,7 +28,7 @@ import numpy as np
 
 from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT
 from pointgeope.data.spacing import median_spacing
-from pointgeope.engine import build
+from pointgeope.engine import build, eval_weights
 from pointgeope.engine.config_ranges import range_problem
 from pointgeope.engine.distributed import apply_threads
 from pointgeope.engine.evaluate import room_seed, vote_room
@@ -311,7 +311,8 @@ def _predict_inputs(predictor: Predictor, args) -> int:
             # the temporary files of a run killed there (kill -9); not another predict's --out made there
             remove_leftovers(folder, recursive=False, locked=folder == Path(args.out))
         records = ScanRecords(args.out, predictor, args, force=args.force)
-        done = _predict_all(predictor, refs, args, errors, bugs, records)
+        with eval_weights.copies(predictor.model, predictor.cfg, predictor.device):   # eval.amp's: once for all
+            done = _predict_all(predictor, refs, args, errors, bugs, records)
     failed, skip = ", ".join(getattr(e, "source", e) for e in errors), records.skipped
     print(one_line(f"predicted {done} of {counted(done + skip + len(errors), 'input')} into {args.out}"
                    + (f"; {skip} skipped, complete from an earlier run" if skip else "")

@@ -204,8 +204,12 @@ def test_a_test_forward_counts_one_launch_a_norm_and_a_linear_as_under_no_grad(l
 
 def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, monkeypatch):
     """``count(..., what="test", amp="bf16")`` over two presets (tiny networks in place of PointTransformerSeg50):
-    both counted, each forward under bf16 autocast on the CPU as on CUDA (every Linear's weight cast: a
-    ``_to_copy`` launch each, and the logits made float32 after the model), float32 without it."""
+    both counted, each forward under bf16 autocast on the CPU as on CUDA, the logits made float32 after the model;
+    float32 without it. The run's bf16 copies of the weights are made before the counted forward (``run_copies``,
+    as evaluate makes them before its first batch): one launch fewer for each Linear's weight and bias than where
+    autocast casts them in the forward (every Linear's, also the layers' q, k and v), all of them casts."""
+    import contextlib
+
     from pointgeope.engine.config import Config, EvalConfig
     from pointgeope.engine.vote_batches import VoteSink
 
@@ -221,12 +225,16 @@ def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, 
                 return sink._forward(batch)
         return forward, model
     monkeypatch.setattr(launch_count, "preset_test", tiny_test)
-    linears = sum(isinstance(m, torch.nn.Linear) for m in _tiny_eval()[0].modules())
     bf16 = launch_count.count(["rpe", "geope"], 0, 0, what="test", amp="bf16")
     plain = launch_count.count(["rpe"], 0, 0, what="test", amp="none")
+    monkeypatch.setattr(launch_count, "run_copies", lambda model, amp: contextlib.nullcontext())
+    cast = launch_count.count(["rpe", "geope"], 0, 0, what="test", amp="bf16")
     assert set(bf16) == {"rpe", "geope"}
-    for counts in bf16.values():
-        assert counts["ops_by_place"]["forward"]["Linear"]["_to_copy"] >= linears
+    for preset, counts in bf16.items():
+        tensors = sum(1 + (m.bias is not None) for m in _tiny_eval(preset)[0].modules()
+                      if isinstance(m, torch.nn.Linear))
+        assert cast[preset]["launches"] - counts["launches"] == tensors > 0
+        assert cast[preset]["top_ops"]["_to_copy"] - counts["top_ops"].get("_to_copy", 0) == tensors
         assert counts["by_phase"]["output"] == 1                     # the logits' float()
     assert "_to_copy" not in plain["rpe"]["ops_by_place"]["forward"]["Linear"]
     assert plain["rpe"]["by_phase"]["output"] == 0
