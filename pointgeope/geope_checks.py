@@ -118,14 +118,18 @@ def _fitting(scale: float, lowest: float, axes: int, e: float, pos_scale: float 
     phase at ``e = 0`` is out (``pos_scale / axes``: ``pos_scale base^e / axes`` within the bounds at both ends of
     ``e``), else ``base`` at this ``pos_scale`` (``base^lowest`` within ``[max(2^-126, axes 2^-126 / scale),
     min(FLT_MAX, axes 2^66 / scale)]``); each end moved inwards by 0.1 %, so that the four significant digits shown
-    are taken too."""
+    are taken too. Where this ``base`` spans more than any ``pos_scale`` fits (``base^lowest`` beyond ``2^192``
+    either way), that is said, and the range of ``base`` at ``pos_scale = 1``."""
     if e == 0.0:                                                # pos_scale / axes is out: no base mends that
         try:
             w = base ** lowest
         except OverflowError:
             w = math.inf
         lo, hi = axes * PHASE_SCALE_MIN / min(1.0, w) * 1.001, axes * PHASE_SCALE_MAX / max(1.0, w) * 0.999
-        return f"pos_scale within [{lo:.4g}, {hi:.4g}] fits at base={base!r}"
+        if lo <= hi:
+            return f"pos_scale within [{lo:.4g}, {hi:.4g}] fits at base={base!r}"
+        return (f"no pos_scale fits at base={base!r} (its frequencies span more than float32's range of phases); "
+                + _fitting(1.0, lowest, axes, lowest, 1.0, base))    # pos_scale 1: k(0) = 1 / axes fits
     low = max(PHASE_SCALE_MIN, axes * PHASE_SCALE_MIN / scale)
     high = min(_FLOAT32_MAX, axes * PHASE_SCALE_MAX / scale)
 

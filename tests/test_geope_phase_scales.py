@@ -107,3 +107,22 @@ def test_the_message_names_what_is_out_of_range_and_the_values_that_fit(channels
     for value in (lo / 1.01, hi * 1.01):
         with pytest.raises(ValueError):
             GeoPE(channels, **{**kw, named: value})
+
+
+@pytest.mark.parametrize("kw", [dict(base=1e-300, pos_scale=1e30), dict(base=1e300, pos_scale=1e-45)])
+def test_a_base_no_pos_scale_fits_is_said_with_the_bases_that_fit(kw):
+    """Where ``pos_scale / axes`` is out and the base's frequencies span more than float32's range of phases
+    (``base^e`` beyond ``2^192`` either way), the message offered a range of pos_scale that was empty
+    (``pos_scale within [3.53e-38, 2.211e-130]``). It now says no pos_scale fits that base, and gives the bases
+    that fit at ``pos_scale = 1``: both ends build there, 1 % beyond either is refused."""
+    with pytest.raises(ValueError) as err:
+        GeoPE(12, **kw)
+    line = str(err.value)
+    assert f"; no pos_scale fits at base={kw['base']!r} (its frequencies span more than float32's range of " \
+           "phases); base within [" in line and line.endswith("] fits at pos_scale=1.0"), line
+    lo, hi = (float(v) for v in re.search(r"base within \[(\S+), (\S+)\] fits at pos_scale=1.0$", line).groups())
+    for base in (lo, hi):
+        GeoPE(12, base=base, pos_scale=1.0)
+    for base in (lo / 1.01, hi * 1.01):
+        with pytest.raises(ValueError):
+            GeoPE(12, base=base, pos_scale=1.0)

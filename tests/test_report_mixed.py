@@ -291,8 +291,39 @@ def test_a_first_version_fold_is_not_pooled_with_a_fold_voted_by_logits(tmp_path
     assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "eval.vote (Area_1: 'softmax'; Area_2: 'logits')" in line, line
-    assert line.endswith(f"; or evaluate Area_1 again by the vote of the others: pointgeope evaluate {run / 'area_1'} "
-                         "eval.vote=logits"), line
+    assert line.endswith(f"; or evaluate Area_1 again by today's test (the published fragments): pointgeope evaluate "
+                         f"{run / 'area_1'} eval.vote=logits eval.max_fragments=null"), line
     assert not (tmp_path / "out").exists()
-    _fold(run, 2, "data.augment=none", "eval.vote=softmax", config_in_metrics=True)  # the same rule: pooled
-    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+
+
+def test_a_first_version_fold_is_not_pooled_with_todays_test_of_the_same_vote(tmp_path, capsys):
+    """Every metrics.json without ``vote`` was written by a test over the first versions' fragments (each point in
+    one fragment of at most one point per voxel; the published test's complete grid samples came in the commit that
+    added ``vote``): a fold of today's test by ``eval.vote=softmax`` pooled with it silently, two protocols in one
+    number. And where such folds were the more, the advice was to test today's fold by softmax, which then pooled.
+    Now the protocols are named, and the advice is to test the first-version folds again, whatever their number."""
+    run = tmp_path / "run"
+    _first_version_fold(run, 1)
+    _fold(run, 2, "data.augment=none", "eval.vote=softmax", "eval.max_fragments=3", config_in_metrics=True)
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "eval.protocol (Area_1: 'ptv1, fragments of the first versions'; Area_2: 'ptv1')" in line, line
+    said = line.split("; or ")[0]   # the keys compared: Area_1 records no max_fragments, softmax its vote
+    assert "eval.vote" not in said and "eval.max_fragments" not in said
+    assert line.endswith(f"; or evaluate Area_1 again by today's test (the published fragments): pointgeope "
+                         f"evaluate {run / 'area_1'} eval.vote=softmax eval.max_fragments=3"), line
+    assert cli(["report", str(run), "--out", str(tmp_path / "out"), "--allow-mixed"]) == 0     # said, then pooled
+    _first_version_fold(run, 3)
+    _fold(run, 2, "data.augment=none", config_in_metrics=True)                     # two of before, one of logits
+    assert cli(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"; or evaluate Area_1, Area_3 again by today's test (the published fragments): pointgeope "
+                         f"evaluate {run / 'area_1'} eval.vote=logits eval.max_fragments=null ; pointgeope evaluate "
+                         f"{run / 'area_3'} eval.vote=logits eval.max_fragments=null"), line
+    _fold(run, 2, "model.planes=[16, 32, 64, 128, 256]", "data.augment=none", config_in_metrics=True)  # no evaluate
+    # mends another network: no advice
+    assert cli(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "model.planes (" in line and line.endswith("differences written in the report"), line
+    _first_version_fold(run, 2)                                                    # all of before: one protocol
+    assert cli(["report", str(run), "--out", str(tmp_path / "out3")]) == 0

@@ -39,7 +39,7 @@ from pointgeope.plural import counted
 from pointgeope.recorded_text import repr_bounded
 from pointgeope.report.fold_file import FoldResult, ReportError, read_fold, same_class_names
 from pointgeope.report.points import current_points, recover_points
-from pointgeope.report.settings import mixed_settings, mixed_text, normals_read_in_turn, run_settings, vote_advice
+from pointgeope.report.settings import again_advice, mixed_settings, mixed_text, normals_read_in_turn, run_settings
 
 METRICS_FILE = "metrics.json"
 
@@ -190,7 +190,8 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
         raise ReportError(f"{run}: its folds were trained or evaluated with different settings: {mixed_text(mixed)}; "
                           "one pooled number needs one method, data set and protocol: report them as separate "
                           "runs, or pass --allow-mixed to pool them with the differences written in the report"
-                          + vote_advice(mixed, {f.area: f.path.parent for f in folds}))
+                          + again_advice(mixed, {f.area: f.settings for f in folds},
+                                       {f.area: f.path.parent for f in folds}))
     known = {fold_dir(run, k).name for k in range(1, len(AREAS) + 1)}
     unreported = [] if fold is not None else sorted(
         (p.name for p in run.glob("area_*")

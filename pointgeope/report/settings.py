@@ -5,8 +5,11 @@ A fold's settings are its config as ``section.key`` -> value: the one its evalua
 records (``checkpoint``, ``vote``, ``max_fragments``, ``tta_views``) in place of the file's. A ``metrics.json``
 that records no ``vote`` was written before the key (``vote`` and ``max_fragments`` came into the file with
 ``eval.vote``), by a test that summed softmax: its ``eval.vote`` is ``softmax``
-(:data:`~pointgeope.engine.record_keys.BEFORE_KEY`'s rule for a record of before), so such a fold is not pooled
-with one voted by logits unsaid (:func:`vote_advice` names the fold to evaluate again). A pooled 6-fold number
+(:data:`~pointgeope.engine.record_keys.BEFORE_KEY`'s rule for a record of before), and over the fragments of the
+first versions (every point in one fragment of at most one point per voxel), not the published test's complete grid
+samples, which came in the same commit: its ``eval.protocol`` is :data:`FIRST_TEST`. So such a fold is pooled
+neither with one voted by logits nor with one of today's test unsaid (:func:`again_advice` names the folds to
+evaluate again: today's ``evaluate`` tests a first-version fold by the published fragments). A pooled 6-fold number
 means one method on one data set under one protocol, so every key is compared but those of :data:`IGNORED` (where
 and how fast a run went, its seed, its folder, the class-mean rule that the report rescores by itself). A key that
 an older version did not write reads as it was then where that is known (``engine.record_keys``: an old
@@ -49,6 +52,7 @@ IGNORED = frozenset({
 })
 SEED = "train.seed"
 _SECTIONS = ("model", "data", "optim", "train", "eval")  # the order a message names the keys in
+FIRST_TEST = "ptv1, fragments of the first versions"  # eval.protocol of a metrics.json without vote (module doc)
 _METRICS_EVAL = {"checkpoint": "eval.checkpoint", "vote": "eval.vote", "max_fragments": "eval.max_fragments",
                  "tta_views": "eval.tta_views"}
 
@@ -74,7 +78,7 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
     if "eval.vote" not in settings:   # an evaluate of before the key: the rule of its time
         recorded = {name: metrics[name] for name in _METRICS_EVAL if name in metrics}
         if (rule := BEFORE_KEY["eval.vote"]({"eval": recorded})) is not None:
-            settings["eval.vote"] = rule
+            settings["eval.vote"], settings["eval.protocol"] = rule, FIRST_TEST
     return {**settings, **files, **_normals(metrics, settings)}
 
 
@@ -166,13 +170,28 @@ def value_groups(values: dict[str, object]) -> list[tuple[str, object]]:
     return [(_areas_text(areas), values[areas[0]]) for areas in groups.values()]
 
 
-def vote_advice(mixed: dict[str, dict[str, object]], folders: dict[str, Path]) -> str:
-    """``; or evaluate Area_1 again by the vote of the others: pointgeope evaluate RUN/area_1 eval.vote=logits``
-    where the folds of ``mixed`` (:func:`mixed_settings`) differ in ``eval.vote`` (a first-version fold summed
-    softmax): the folds of the rule fewer folds used (of a tie, those not of ``logits``, the default) are named
-    with the command that tests them again by the other rule (their networks are kept); ``folders`` ``{area: fold
-    folder}``. ``""`` where the vote rule is the same."""
-    votes = mixed.get("eval.vote", {})
+def again_advice(mixed: dict[str, dict[str, object]], settings: dict[str, dict | None],
+                 folders: dict[str, Path]) -> str:
+    """``; or evaluate Area_1 again by ...: pointgeope evaluate RUN/area_1 eval.vote=logits``, the folds of
+    ``mixed`` (:func:`mixed_settings` of the folds' ``settings``, ``{area: fold_settings}``) whose test today's
+    ``evaluate`` makes like the others' (their networks are kept); ``folders`` ``{area: fold folder}``. Where
+    some folds' ``eval.protocol`` is :data:`FIRST_TEST`, those (whatever their number: only evaluated again do they
+    take the published fragments), with the ``eval.vote`` and ``eval.max_fragments`` the others share (a
+    first-version fold's config has neither: it would read as ``softmax`` over every fragment); else, where the
+    folds differ in ``eval.vote``, those of the rule fewer folds used (of a tie, those not of ``logits``, the
+    default). ``""`` where neither differs, or where a key that no evaluation sets differs too (``model.*``,
+    ``data.*``: evaluating again would not make the folds one number)."""
+    if any(not key.startswith("eval.") for key in mixed):
+        return ""
+    protocols, votes = mixed.get("eval.protocol", {}), mixed.get("eval.vote", {})
+    if first := [area for area, v in protocols.items() if v == FIRST_TEST]:
+        others = [s for area, s in settings.items() if area not in first and s is not None]
+        shared = [(key, {json.dumps(s.get(key)) for s in others}) for key in ("eval.vote", "eval.max_fragments")
+                  if all(key in s for s in others)]
+        override = "".join(f" {key}={json.loads(value.pop()) if key == 'eval.vote' else value.pop()}"
+                           for key, value in shared if len(value) == 1)
+        command = " ; ".join(f"pointgeope evaluate {folders[area]}{override}" for area in first)
+        return f"; or evaluate {', '.join(first)} again by today's test (the published fragments): {command}"
     counts = {json.dumps(v): list(votes.values()).count(v) for v in votes.values()}
     if len(counts) != 2 or not all(isinstance(v, str) for v in votes.values()):
         return ""
