@@ -175,11 +175,11 @@ class _FusedBatchNorm(torch.autograd.Function):
         update = batch_stats and running_mean is not None
         block_r, block_c, _ = tiles(c, f64)
         y = torch.empty_like(x)
-        _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y,
+        _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y, x,
                 running_mean if update or not batch_stats else stats,
                 running_var if update or not batch_stats else stats, stats if count is None else count, weight, bias,
                 r, c, momentum, eps, RUNNING=not batch_stats, UPDATE=update, COUNT=count is not None, RELU=relu,
-                F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
+                RESIDUAL=False, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
         ctx.save_for_backward(x, weight, bias, stats, valid)
         ctx.batch_stats, ctx.eps, ctx.relu = batch_stats, eps, relu
         return y
