@@ -135,23 +135,22 @@ def test_training_is_torchs_batch_norm_add_and_relu_with_its_buffers():
         assert torch.equal(ours.state_dict()[name], t), name
 
 
-@pytest.mark.parametrize("case", ["broadcast", "dtype", "no buffers"])
-def test_what_the_kernel_does_not_take_runs_torchs_path(interpreted, case):
-    """An identity that broadcasts or has another dtype (torch's add broadcasts and promotes), or a module without
-    running buffers (eval on the batch's statistics): torch's path, the eval kernel not launched, torch's value."""
-    module = _module(70, torch.float32)
+@pytest.mark.parametrize("case", ["broadcast", "dtype"])
+@pytest.mark.parametrize("train", [False, True])
+def test_what_the_kernels_do_not_take_runs_torchs_path(interpreted, case, train):
+    """An identity that broadcasts or has another dtype (torch's add broadcasts and promotes): neither residual
+    kernel runs; the norm (its own kernel here), torch's add and ReLU: torch's value, dtype and shape."""
+    module = _module(70, torch.float32).train(train)
     x, identity = _rows(64, 70, torch.float32, seed=4)
-    identity = {"broadcast": identity[:1], "dtype": identity.double(), "no buffers": identity}[case]
-    if case == "no buffers":
-        module = BatchNormAddReLU(70, track_running_stats=False).eval()
-    calls, fused = [], residual_norm.EVAL_KERNEL.triton
-    interpreted.setattr(residual_norm.EVAL_KERNEL, "triton", lambda *a: calls.append(a[0].shape) or fused(*a))
+    identity = {"broadcast": identity[:1], "dtype": identity.double()}[case]
+    calls = []
+    for kernel in (residual_norm.EVAL_KERNEL, residual_norm.KERNEL):
+        interpreted.setattr(kernel, "triton", lambda *a, f=kernel.triton: calls.append(a[0].shape) or f(*a))
     with torch.no_grad():
         y = module(x, identity)
-    assert calls == []          # the norm alone may run on its own kernel (POINTGEOPE_KERNELS=triton here)
-    stats = (None, None) if case == "no buffers" else (module.running_mean, module.running_var)
-    want = torch.relu(F.batch_norm(x, *stats, module.weight, module.bias, case == "no buffers", 0.0, module.eps)
-                      + identity)
+    assert calls == []
+    want = torch.relu(F.batch_norm(x, None if train else module.running_mean, None if train else module.running_var,
+                                   module.weight, module.bias, train, 0.0, module.eps) + identity)
     torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
     assert y.dtype == want.dtype and y.shape == want.shape
 
@@ -181,7 +180,7 @@ def test_info_check_has_the_eval_tails_rows(launched):
     backward (two), within their tolerance of torch's path."""
     from pointgeope.model.norm_check import residual_cases
 
-    cases = residual_cases(torch.device("cpu"), 96, 6)
+    cases = residual_cases(False, torch.device("cpu"), 96, 6)
     assert [c.label for c in cases] == ["fwd+bwd float32 eval", "fwd+bwd bfloat16 eval"]
     for case in cases:
         launched.clear()
