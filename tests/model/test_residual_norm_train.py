@@ -138,3 +138,32 @@ def test_info_check_has_the_training_rows(launched):
         assert launched == ["statistics", "normalize", "grad_sums", "grad_input"]
         diff, _ = case.compare(got, case.reference())
         assert diff <= case.tolerance
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_a_backward_kernel_that_fails_falls_back_to_torchs_gradients(launched, kernel_failures_forgotten, train):
+    """The backward's kernels failing (an injected compiler error) after a forward on the kernels: one
+    ``KernelFallbackWarning`` naming the kernel, and the gradients of torch's path on the forward's statistics
+    (training: the batch's again; eval: the running buffers the forward stored), the definition's."""
+    ours, ref = _pair(70, torch.float64)
+    ours.train(train), ref.train(train)
+    x, identity, up = _inputs(ours, 301, torch.float64)
+    if not train:                       # eval: the kink margin of the running buffers' sums, not the batch's
+        pre = torch.nn.functional.batch_norm(x, ours.running_mean, ours.running_var, ours.weight, ours.bias, False,
+                                             0.0, ours.eps).detach() + identity
+        identity = torch.where(pre.abs() < 0.05, identity + torch.where(pre >= 0, 0.1, -0.1), identity)
+    x, identity = x.requires_grad_(), identity.requires_grad_()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("ptxas fatal (injected)")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(residual_norm, "_backward", broken)
+        y = ours(x, identity)
+        with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_add_relu"):
+            y.backward(up)
+    name = "batch_norm_add_relu" if train else "batch_norm_add_relu_eval"
+    assert launched == (["statistics", "normalize"] if train else ["normalize"]) and name in kernels.failures()
+    want = _reference(ref, x, identity, up)
+    for label, got, w in zip(("out", "x", "identity", "weight", "bias"),
+                             (y, x.grad, identity.grad, ours.weight.grad, ours.bias.grad), want, strict=True):
+        torch.testing.assert_close(got.detach(), w, rtol=1e-12, atol=1e-12 * float(w.abs().max()), msg=label)
