@@ -15,6 +15,11 @@ against the same kernels without the activation; forward + backward in training 
                   ``padding.padded_sizes`` adds at most about 1/16), on the plain kernel (the CUDA default there)
                   against the torch ops' prefix statistics (``prefix_norm.prefix_batch_norm``, torch's path there);
                   on CUDA each also captured in a CUDA graph (``graph_*``: no launch costs, as the graphed step)
+    residual s1, residual s2   plain s1's and s2's rows: the block's tail (``residual_norm.BatchNormAddReLU``:
+                  the third norm, the residual add and the ReLU) in training, torch's ``BatchNorm1d``, add and ReLU
+                  against the opt-in kernels (the norm's two launches with the add and ReLU in the second)
+    residual eval s1, residual eval s2   the same rows, the eval forward alone (``torch.inference_mode``, as the
+                  test runs it): torch's three ops (five launches) against the eval kernel's one (the CUDA default)
 
 Each case: the time of one forward + backward (the package's timer, ``kernel_check.timed``: the device's
 queue waited for before and after), the minimum over ``--reps`` runs, both paths interleaved; the fused
@@ -42,11 +47,12 @@ CASES = (("pairs s1", 1_280_000 * 16, 32, True), ("pairs s1 C/s", 1_280_000 * 16
          ("pairs s1 rpe", 1_280_000 * 16, 3, True), ("pairs s2", 320_000 * 16, 64, True),
          ("points s1", 1_280_000, 32, True), ("plain s1", 1_280_000, 32, False), ("plain s2", 320_000, 64, False))
 PADDED = (("padded plain s1", 1_280_000, 32), ("padded plain s2", 320_000, 64))
+RESIDUAL = (("residual s1", 1_280_000, 32, True), ("residual s2", 320_000, 64, True),
+            ("residual eval s1", 1_280_000, 32, False), ("residual eval s2", 320_000, 64, False))
 
 
 def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, reps: int, relu: bool = True) -> dict:
     """One case (module docstring): ``BatchNormReLU`` with ``relu``, else the plain ``BatchNorm``."""
-    from pointgeope.model.kernel_check import timed
     from pointgeope.model.kernel_choice import forced
     from pointgeope.model.norm import BatchNorm, BatchNormReLU
 
@@ -62,16 +68,53 @@ def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, re
                 y.backward(grad)
             return y.detach(), x.grad
         return run
+    out, best = interleaved(step, device, reps)
+    return {"rows": rows, "width": width, "dtype": str(dtype)[6:], "relu": relu, "torch_ms": best["torch"] * 1e3,
+            "fused_ms": best["triton"] * 1e3, "fused_over_torch": best["triton"] / best["torch"],
+            **agreement(out["triton"], out["torch"], relu)}
+
+
+def interleaved(step, device: torch.device, reps: int) -> tuple[dict, dict]:
+    """``step(path)``'s run timed ``reps`` times for ``torch`` and ``triton`` in turn (the package's timer, one
+    run each): each path's last outputs and its fastest run in seconds."""
+    from pointgeope.model.kernel_check import timed
+
     out, seconds = {}, {"torch": [], "triton": []}
     for _ in range(reps):
         for path in ("torch", "triton"):
             out[path], times = timed(step(path), device, 1)
             seconds[path] += times
-    diff = agreement(out["triton"], out["torch"], relu)
-    best = {path: min(s) for path, s in seconds.items()}
-    return {"rows": rows, "width": width, "dtype": str(dtype)[6:], "relu": relu, "torch_ms": best["torch"] * 1e3,
-            "fused_ms": best["triton"] * 1e3, "fused_over_torch": best["triton"] / best["torch"],
-            **diff}
+    return out, {path: min(s) for path, s in seconds.items()}
+
+
+def residual_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, reps: int, train: bool) -> dict:
+    """One residual case (module docstring): ``residual_norm.BatchNormAddReLU`` with an identity of ``x``'s shape,
+    torch's norm, add and ReLU (``forced("torch")``) against the kernels (``forced("triton")``): ``train``, forward
+    + backward (the opt-in kernel); else the eval forward alone under ``torch.inference_mode`` (the CUDA default)."""
+    from pointgeope.model.kernel_choice import forced
+    from pointgeope.model.residual_norm import BatchNormAddReLU
+
+    module = BatchNormAddReLU(width).to(device).train(train)
+    x = (torch.randn(rows, width, device=device) * 2 + 0.5).to(dtype).requires_grad_(train)
+    identity = torch.randn(rows, width, device=device).to(dtype).requires_grad_(train)
+    grad = torch.randn(rows, width, device=device).to(dtype)
+
+    def step(path: str):
+        def run():
+            if not train:
+                with forced(path), torch.inference_mode():
+                    y = module(x, identity)
+                return y, y                 # no gradient: the output twice (agreement's dx is y's)
+            x.grad = identity.grad = None
+            with forced(path):
+                y = module(x, identity)
+                y.backward(grad)
+            return y.detach(), x.grad
+        return run
+    out, best = interleaved(step, device, reps)
+    return {"rows": rows, "width": width, "dtype": str(dtype)[6:], "relu": True, "train": train,
+            "torch_ms": best["torch"] * 1e3, "fused_ms": best["triton"] * 1e3,
+            "fused_over_torch": best["triton"] / best["torch"], **agreement(out["triton"], out["torch"])}
 
 
 def padded_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
@@ -172,6 +215,13 @@ def main() -> int:
                      f"x{row['graph_fused_over_torch']:.2f}" if "graph_fused_ms" in row else "")
             print(f"{name:<16} {row['dtype']:<9} prefix ops {row['torch_ms']:8.3f} ms  kernel {row['fused_ms']:8.3f} "
                   f"ms  x{row['fused_over_torch']:.2f}{graph}", flush=True)
+            save_json(args.out, out, indent=1)
+    for name, rows, width, train in RESIDUAL:    # after the padded cases: new, the step's limit may cut them
+        for dtype in (torch.bfloat16, torch.float32):
+            row = {"case": name, **residual_case(rows // args.scale, width, dtype, device, args.reps, train)}
+            out["cases"].append(row)
+            print(f"{name:<16} {row['dtype']:<9} torch {row['torch_ms']:8.3f} ms  fused {row['fused_ms']:8.3f} ms  "
+                  f"x{row['fused_over_torch']:.2f}", flush=True)
             save_json(args.out, out, indent=1)
     print(json.dumps(out, indent=1))
     return 0

@@ -33,8 +33,9 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                network: both times and the share of points whose voted class agrees
     norm_op    (CUDA) ``bench_norm.py``: batch norm + ReLU and the plain norm (no ReLU) alone, torch's against
                the fused op, forward + backward at the published batch's row counts and widths, bf16 and float32;
-               and the plain norm in a padded batch, the kernel against the torch ops' prefix statistics, eager
-               and as a CUDA graph (``--no-norm-op`` leaves it out)
+               the plain norm in a padded batch, the kernel against the torch ops' prefix statistics, eager
+               and as a CUDA graph; and the blocks' tail (norm, residual add, ReLU: ``residual_norm.py``), torch's
+               against the kernels, training and eval (``--no-norm-op`` leaves it out)
     norm       (CUDA) ``bench_train_step.py --kernels torch_norm default``: the step at ``--norm-clouds`` x
                ``--points`` (rpe, geope), bf16 and float32, with torch's batch norms and with the fused ones
                (``norm.py``: batch norm and its ReLU as one Triton kernel, the CUDA default since run 6, and

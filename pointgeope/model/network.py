@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from pointgeope.model import stage_memo
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
-from pointgeope.model.norm import BatchNorm, BatchNormReLU
+from pointgeope.model.norm import BatchNormReLU
 from pointgeope.model.ops import (
     HierarchySpec,
     OpsBackends,
@@ -42,6 +42,7 @@ from pointgeope.model.ops import (
 from pointgeope.model.ops.checks import check_count, check_finite, check_model_dtype
 from pointgeope.model.ops.hierarchy_check import check_hierarchy
 from pointgeope.model.ops.offsets import offset_tensor
+from pointgeope.model.residual_norm import BatchNormAddReLU
 from pointgeope.model.rotation import constant
 from pointgeope.model.small_batch import check_stage_rows
 
@@ -74,14 +75,12 @@ class PointTransformerBlock(nn.Module):
         self.attention = PointTransformerLayer(channels, share_planes, neighbours, **layer_args)
         self.bn2 = BatchNormReLU(channels)
         self.linear3 = nn.Linear(channels, channels, bias=False)
-        self.bn3 = BatchNorm(channels)                   # BatchNorm1d (norm.py: padded batches too)
-        self.relu = nn.ReLU(inplace=True)
+        self.bn3 = BatchNormAddReLU(channels)            # relu(BatchNorm1d + feat): one launch in eval (residual_norm)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         x = self.bn1(self.linear1(feat))
         x = self.bn2(self.attention(coord, x, idx))
-        x = self.bn3(self.linear3(x))
-        return self.relu(x + feat)
+        return self.bn3(self.linear3(x), feat)
 
 
 class TransitionDown(nn.Module):

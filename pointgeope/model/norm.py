@@ -175,11 +175,11 @@ class _FusedBatchNorm(torch.autograd.Function):
         update = batch_stats and running_mean is not None
         block_r, block_c, _ = tiles(c, f64)
         y = torch.empty_like(x)
-        _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y,
+        _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y, x,
                 running_mean if update or not batch_stats else stats,
                 running_var if update or not batch_stats else stats, stats if count is None else count, weight, bias,
                 r, c, momentum, eps, RUNNING=not batch_stats, UPDATE=update, COUNT=count is not None, RELU=relu,
-                F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
+                RESIDUAL=False, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
         ctx.save_for_backward(x, weight, bias, stats, valid)
         ctx.batch_stats, ctx.eps, ctx.relu = batch_stats, eps, relu
         return y
@@ -266,19 +266,22 @@ class BatchNorm(nn.BatchNorm1d):
     relu = False                # BatchNormReLU: True; the kernel is _kernel(relu)
 
     def forward(self, x: Tensor) -> Tensor:
+        return self._forward(x, _kernel(self.relu), (), torch.relu_ if self.relu else lambda y: y)
+
+    def _forward(self, x: Tensor, kernel: kernels.Kernel, extra: tuple, after) -> Tensor:
+        """The forward on ``kernel`` (``F.batch_norm``'s arguments and ``valid``, ``extra`` after ``x``: the
+        residual norm's identity) where it runs and takes ``x``, else ``after`` of the torch path's norm."""
         batch_stats = self.training or self.running_mean is None
         valid = padding.valid_rows(x.shape[0]) if self.training else None
         cumulative = valid is not None and self.momentum is None   # its step a tensor: torch ops, no host read
-        kernel = _kernel(self.relu)
         if cumulative or not (kernel.enabled(x.device) and kernel_takes(x, self.weight, self.bias, batch_stats)):
-            y = self._torch_forward(x, valid)
-            return torch.relu_(y) if self.relu else y
+            return after(self._torch_forward(x, valid))
         count = self.num_batches_tracked if self.momentum is not None and self._counts() else None
         factor = self._factor() if count is None else self.momentum      # count: + 1 in the kernel (or its fallback)
         if isinstance(factor, Tensor):
             factor = float(factor)
         keep = not self.training or self.track_running_stats
-        return kernel(x.device, x, self.weight, self.bias, self.running_mean if keep else None,
+        return kernel(x.device, x, *extra, self.weight, self.bias, self.running_mean if keep else None,
                       self.running_var if keep else None, batch_stats, factor, self.eps, valid, count)
 
     def _torch_forward(self, x: Tensor, valid: Tensor | None) -> Tensor:

@@ -6,7 +6,10 @@ last 1/32 dummy, as a CUDA graph's step runs both norms, against the torch ops' 
 
 :data:`~pointgeope.model.norm.KERNEL` (with its ReLU) is checked on the pair MLP's first norm
 (``pairs x 16`` rows of width 64), :data:`~pointgeope.model.norm.PLAIN_KERNEL` on a block's third norm
-(``points`` rows of width 64); the figure is the largest difference relative to the largest value.
+(``points`` rows of width 64), and :data:`~pointgeope.model.residual_norm.EVAL_KERNEL` (the block's third norm,
+residual add and ReLU in eval) on the same rows with an identity, float32 and bfloat16, forward and backward (the
+gradients of ``x``, the identity, ``weight`` and ``bias``); the figure is the largest difference relative to the
+largest value.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from torch import Tensor
 
 from pointgeope.model import kernels
 
-__all__ = ["check_cases"]
+__all__ = ["check_cases", "residual_cases"]
 
 
 def _check_rows(rows: int, width: int, margin: float = 0.05) -> tuple[Tensor, Tensor, Tensor]:
@@ -56,6 +59,40 @@ def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> li
                 batch=not evaluated):
             return _grads(lambda a, wt, bs: fn(a, wt, bs, *buffers, batch, 0.1, 1e-5, v), [xd, w, b])
         label = f"fwd+bwd {str(dtype)[6:]}" + ("" if prefix is None else " padded") + (" eval" if evaluated else "")
+        cases.append(kernels.CheckCase(label, lambda r=run: r(lambda *a: kernel(device, *a)),
+                                       lambda r=run: r(kernel.torch), compare, tol))
+    return cases
+
+
+def residual_cases(train: bool, device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+    """The cases of the block's third norm, residual add and ReLU on ``device``: ``train``,
+    :data:`~pointgeope.model.residual_norm.KERNEL` (batch statistics, float32 and bfloat16, and float32 padded), else
+    :data:`~pointgeope.model.residual_norm.EVAL_KERNEL` (the running buffers the rows' own statistics, float32 and
+    bfloat16); the identity shifted so that every sum stays about 0.05 from the ReLU's kink."""
+    from pointgeope.model.kernel_check import _grads
+    from pointgeope.model.residual_norm import EVAL_KERNEL, KERNEL
+
+    del pairs
+    kernel = KERNEL if train else EVAL_KERNEL
+    x, w, b = _check_rows(points, 64)
+    mean, var = x.mean(0), x.var(0, unbiased=False)
+    identity = torch.randn(x.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    pre = (x - mean) * w / (var + 1e-5).sqrt() + b + identity
+    identity = torch.where(pre.abs() < 0.05, identity + torch.where(pre >= 0, 0.1, -0.1), identity)
+    x, w, b, identity, mean, var = (t.float().to(device) for t in (x, w, b, identity, mean, var))
+    valid = torch.tensor(points - points // 32, device=device)   # a padded batch: the last 1/32 rows dummy
+
+    def compare(got, want):
+        return max(float((a.float() - v.float()).abs().max() / v.float().abs().max())
+                   for a, v in zip(got, want, strict=True)), f"rows={points} width=64, relative"
+    cases = []
+    settings = (((torch.float32, 1e-4, None), (torch.bfloat16, 2e-2, None), (torch.float32, 1e-4, valid)) if train
+                else ((torch.float32, 1e-4, None), (torch.bfloat16, 2e-2, None)))
+    for dtype, tol, prefix in settings:
+        def run(fn, rows=(x.to(dtype), identity.to(dtype)), v=prefix):  # noqa: B008 - this iteration's, bound here
+            buffers = (None, None) if train else (mean, var)
+            return _grads(lambda a, i, wt, bs: fn(a, i, wt, bs, *buffers, train, 0.1, 1e-5, v), [*rows, w, b])
+        label = f"fwd+bwd {str(dtype)[6:]}" + ("" if prefix is None else " padded") + ("" if train else " eval")
         cases.append(kernels.CheckCase(label, lambda r=run: r(lambda *a: kernel(device, *a)),
                                        lambda r=run: r(kernel.torch), compare, tol))
     return cases

@@ -6,6 +6,7 @@ Per channel ``c``, over the ``R`` rows (the points ``N``, or the pairs ``N k`` o
     xhat   = (x - mean_c) invstd_c          invstd_c = 1 / sqrt(var_c + eps)
     y      = max(0, x scale_c + shift_c)    scale_c = w_c invstd_c,  shift_c = b_c - mean_c scale_c
                                             (``RELU``; without it ``y = x scale_c + shift_c``)
+    y      = max(0, x scale_c + shift_c + identity)       (``RESIDUAL``, :func:`normalize` only: PTv1's block tail)
 
 and the adjoint, with ``gm = g [x scale + shift > 0]`` (the ReLU's mask; ``gm = g`` without ``RELU``)::
 
@@ -172,10 +173,12 @@ def statistics(x_ptr, mean_ptr, m2_ptr, w_ptr, b_ptr, stat_ptr, valid_ptr, ticke
 
 
 @triton.jit
-def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, count_ptr, w_ptr, b_ptr, R, C, momentum, eps,
+def normalize(x_ptr, stat_ptr, y_ptr, id_ptr, rm_ptr, rv_ptr, count_ptr, w_ptr, b_ptr, R, C, momentum, eps,
               RUNNING: tl.constexpr, UPDATE: tl.constexpr, COUNT: tl.constexpr, RELU: tl.constexpr,
-              F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Program (r, b): ``y = max(0, x scale + shift)`` (``RELU``, else ``x scale + shift``) on its
+              RESIDUAL: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program (r, b): ``y = max(0, x scale + shift)`` (``RELU``, else ``x scale + shift``; with ``RESIDUAL``
+    ``max(0, x scale + shift + identity)``, ``identity`` read at ``id_ptr`` in ``x``'s layout: the PTv1 block's
+    tail, ``residual_norm.py``) on its
     ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s type, ``scale`` and ``shift`` read from the ``(5, C)``
     statistics (training: :func:`statistics` stored them), or with ``RUNNING`` (eval: the one launch of the
     forward) made from the running buffers, ``weight``, ``bias`` and ``eps`` by every program (:func:`_affine`,
@@ -201,6 +204,8 @@ def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, count_ptr, w_ptr, b_ptr, R
     offs = rows[:, None] * C + cols[None, :]
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
     y = x * scale[None, :] + shift[None, :]
+    if RESIDUAL:        # in the accumulator's type: one rounding to y's type, after the add
+        y = y + tl.load(id_ptr + offs, mask=mask, other=0.0).to(acc)
     if RELU:
         y = tl.maximum(y, 0.0)
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)

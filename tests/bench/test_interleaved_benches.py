@@ -208,6 +208,28 @@ def test_bench_norm_times_the_padded_plain_norm_on_the_kernel_and_on_the_prefix_
     assert row["max_rel_diff_y"] < 1e-5 and row["max_rel_diff_dx"] < 1e-5 and "graph_fused_ms" not in row
 
 
+@pytest.mark.parametrize("train", [True, False])
+def test_bench_norm_times_the_blocks_tail_on_torch_and_on_the_kernels(monkeypatch, kernel_failures_forgotten, train):
+    """``bench_norm.residual_case`` on the CPU (the kernels in Triton's interpreter): its torch side runs no residual
+    kernel, its kernel side the training kernel (``train``: forward + backward) or the eval one (the forward
+    alone), a warm-up run before each timed one, two reps; the outputs (and input gradients) agree to float32
+    rounding, and the row says which mode it timed."""
+    pytest.importorskip("triton")
+    import bench_norm
+    from pointgeope.model import residual_norm
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    calls = []
+    for kernel in (residual_norm.KERNEL, residual_norm.EVAL_KERNEL):
+        monkeypatch.setattr(kernel, "triton", lambda *a, k=kernel, f=kernel.triton: calls.append(k.name) or f(*a))
+    row = bench_norm.residual_case(96, 8, torch.float32, torch.device("cpu"), reps=2, train=train)
+    assert calls == ["batch_norm_add_relu" if train else "batch_norm_add_relu_eval"] * 4
+    assert (row["rows"], row["width"], row["dtype"], row["train"]) == (96, 8, "float32", train)
+    assert row["torch_ms"] > 0 and row["fused_ms"] > 0 and row["fused_over_torch"] == row["fused_ms"] / row["torch_ms"]
+    assert row["max_rel_diff_y"] < 1e-5 and row["max_rel_diff_dx"] < 1e-5
+
+
 def test_bench_norm_graphs_a_side_with_the_training_steps_recorder(monkeypatch):
     """``bench_norm.graphed`` records a side with ``engine/graphs.py``'s recorder (the one owner of a capture; on
     the CPU its stand-in ``RerunRecorder``, which replays by running the side again): a replay answers the side's

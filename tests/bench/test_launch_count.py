@@ -164,14 +164,16 @@ def _tiny_eval(pe: str = "rpe"):
 def test_a_test_forward_counts_one_launch_a_norm_and_a_linear_as_under_no_grad(launch_count):
     """The test forward of a tiny network, as ``VoteSink`` runs it (``torch.inference_mode``, under which
     ``linear``, ``reshape``, ``to`` and ``batch_norm`` reach the counter whole): every ``BatchNormReLU`` one launch
-    (``normalize`` on the running buffers), every ``Linear`` one (``addmm``, or ``mm`` without a bias), no view or
-    cast to the same type counted, the logits' ``float()`` nothing; the same count op by op as under
+    (``normalize`` on the running buffers), every block's tail one (``BatchNormAddReLU``: the third norm, the
+    residual add and the ReLU in that ``normalize``), every ``Linear`` one (``addmm``, or ``mm`` without a bias), no
+    view or cast to the same type counted, the logits' ``float()`` nothing; the same count op by op as under
     ``torch.no_grad``, where autograd's key decomposes them."""
     from types import SimpleNamespace
 
     from pointgeope.engine.config import Config
     from pointgeope.engine.vote_batches import VoteSink
     from pointgeope.model.norm import BatchNormReLU
+    from pointgeope.model.residual_norm import BatchNormAddReLU
 
     model, coord, feat, offset, hierarchy = _tiny_eval()
     sink = VoteSink(model, None, None, Config(), torch.device("cpu"))
@@ -185,7 +187,8 @@ def test_a_test_forward_counts_one_launch_a_norm_and_a_linear_as_under_no_grad(l
             want = forward()                                    # warm: the kernels' first call
         counter = launch_count.count_forward(forward, model)
         counts[mode.__name__] = dict(counter.ops)
-        norms = [name for name, m in model.named_modules() if isinstance(m, BatchNormReLU)]
+        norms = [name for name, m in model.named_modules() if isinstance(m, (BatchNormReLU, BatchNormAddReLU))]
+        assert sum(isinstance(m, BatchNormAddReLU) for m in model.modules()) > 0
         linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
         qkv = {name for name in linears if name.rsplit(".", 1)[-1] in ("linear_q", "linear_k", "linear_v")}
         for name in qkv:            # without gradients model/qkv.py calls their three products from the layer

@@ -46,11 +46,13 @@ def interpreted_cpu(request):
 @pytest.fixture
 def torch_batch_norm(monkeypatch):
     """Batch norm (with its ReLU and without) on torch's path whatever ``POINTGEOPE_KERNELS`` says: its Triton
-    kernels (``norm.KERNEL``, ``norm.PLAIN_KERNEL``, tested in test_norm.py and test_norm_plain.py) would mix a
+    kernels (``norm.KERNEL``, ``norm.PLAIN_KERNEL``, ``residual_norm.EVAL_KERNEL``, tested in test_norm.py,
+    test_norm_plain.py and test_residual_norm.py) would mix a
     second kernel into a test that compares the attention's kernels with their torch path."""
-    from pointgeope.model import norm
+    from pointgeope.model import norm, residual_norm
     monkeypatch.setattr(norm.KERNEL, "enabled", lambda device: False)
     monkeypatch.setattr(norm.PLAIN_KERNEL, "enabled", lambda device: False)
+    monkeypatch.setattr(residual_norm.EVAL_KERNEL, "enabled", lambda device: False)
 
 
 @pytest.fixture

@@ -188,7 +188,9 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
 
     rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
     assert [r.kernel.split()[0] for r in rows] == ["aggregate", "aggregate", "apply_shifted", "apply_shifted",
-                                                   *["batch_norm"] * 5, *["batch_norm_relu"] * 5,   # eval rows too
+                                                   *["batch_norm"] * 5, *["batch_norm_add_relu"] * 3,
+                                                   *["batch_norm_add_relu_eval"] * 2,
+                                                   *["batch_norm_relu"] * 5,   # eval rows too
                                                    "fps", "frame_relation", "frame_relation", "knn", "knn", "knn",
                                                    "linear_relation", "relation", "relation", "rotation_tables"]
     assert [r.kernel for r in rows if r.kernel.startswith("relation")] == ["relation fwd+bwd",

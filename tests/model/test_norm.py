@@ -13,7 +13,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import kernels, norm, padding
+from pointgeope.model import kernels, norm, padding, residual_norm
 from pointgeope.model.kernel_choice import forced
 from pointgeope.model.norm import BatchNormReLU
 from tests.model.test_gather_backward import Launches
@@ -233,8 +233,9 @@ def test_a_failing_backward_gives_torchs_gradients(interpreted, train):
 def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted_cpu):
     """A small network (rpe: the blocks', transitions', head's and attention MLPs' norms, over points and over
     pairs, and the blocks' third norms, without ReLU) on the Triton path, training mode: each ``BatchNormReLU``
-    calls the fused op once, each plain ``BatchNorm`` the plain fused op once, and the logits, gradients and
-    running buffers equal those of the same path with torch's batch norms (and relu) in their place."""
+    calls the fused op once, each block's third norm (``residual_norm.BatchNormAddReLU``) the fused norm, add and
+    ReLU once (opt-in: ``POINTGEOPE_KERNELS=triton`` here), and the logits, gradients and running buffers equal
+    those of the same path with torch's batch norms (and relu, and the add) in their place."""
     from pointgeope.model import PointTransformerSeg
     from tests.model.test_network import TINY, _batch
 
@@ -251,16 +252,16 @@ def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted_cpu)
     def counted(relu, fused):
         return lambda *args: calls[relu].append(args[0].shape) or fused(*args)
     runs = []
-    for net, fn, plain in ((model, counted(True, norm.KERNEL.triton), counted(False, norm.PLAIN_KERNEL.triton)),
-                           (twin, norm.reference, norm.plain_reference)):
+    for net, fn, tail in ((model, counted(True, norm.KERNEL.triton), counted(False, residual_norm.KERNEL.triton)),
+                          (twin, norm.reference, residual_norm.reference)):
         interpreted_cpu.setattr(norm.KERNEL, "triton", fn)
-        interpreted_cpu.setattr(norm.PLAIN_KERNEL, "triton", plain)
+        interpreted_cpu.setattr(residual_norm.KERNEL, "triton", tail)
         logits = net(coord, feat, offset)
         logits.square().mean().backward()
         runs.append((logits.detach(), {n: p.grad for n, p in net.named_parameters()},
                      {n: b for n, b in net.named_buffers() if "running" in n}))
     assert len(calls[True]) == sum(isinstance(m, BatchNormReLU) for m in model.modules()) > 30
-    assert len(calls[False]) == sum(type(m) is norm.BatchNorm for m in model.modules()) > 3
+    assert len(calls[False]) == sum(isinstance(m, residual_norm.BatchNormAddReLU) for m in model.modules()) > 3
     assert {shape[1] for shape in calls[True]} >= {3, 2, 16, 24, 32}   # pairs (rpe's 3, groups 2..4) and points
     (logits, grads, buffers), (logits_t, grads_t, buffers_t) = runs
     torch.testing.assert_close(logits, logits_t, rtol=1e-4, atol=1e-4)
