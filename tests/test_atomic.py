@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from pointgeope.atomic import atomic_open, atomic_path, write_text_atomic
+from pointgeope.atomic import atomic_open, atomic_path, writable_folder, write_text_atomic
+from pointgeope.errors import UserError
 
 
 def test_failure_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -217,3 +218,15 @@ def test_only_the_names_atomic_path_makes_are_leftovers(tmp_path):
     if any(c not in "0123456789abcdef" for c in Path(name).name.split(".")[-2]):  # 1 in 500 is all hex
         others.append(Path(name))
     assert remove_leftovers(tmp_path) == [] and all(p.exists() for p in others)
+
+
+@pytest.mark.parametrize("below", ["sub", "sub/deeper"])
+def test_a_file_on_the_folders_path_is_named(tmp_path, below):
+    """An output folder below a file (``out.txt/sub``): the message names the file on the path; before, it said
+    ``cannot write into it (Not a directory); make it writable``, which sends the user to the permissions."""
+    (tmp_path / "out.txt").write_text("x")
+    with pytest.raises(UserError) as err:
+        writable_folder(tmp_path / "out.txt" / below)
+    assert str(err.value) == (f"output folder {tmp_path / 'out.txt' / below}: expected a folder, but "
+                              f"{tmp_path / 'out.txt'} on its path is a file; remove it or give another folder name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
