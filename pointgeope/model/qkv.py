@@ -66,7 +66,9 @@ def qkv_product(x: Tensor, linears: tuple[nn.Linear, nn.Linear, nn.Linear]) -> t
     weights, biases = [lin.weight for lin in linears], [lin.bias for lin in linears]
     if x.dim() != 2:        # both paths alike: the batched product takes rows only (F.linear would take more)
         raise ValueError(f"expected x of shape (N, C_in), got {tuple(x.shape)}")
-    if _work_dtype(x) == x.dtype and any(t.dtype != x.dtype for t in weights):   # F.linear's refusal, both paths
+    kind = x.device.type
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind) and x.dtype != torch.float64
+    if not cast and any(t.dtype != x.dtype for t in weights):   # F.linear's refusal (autocast casts), both paths
         raise TypeError(f"expected the weights in x's dtype {x.dtype} (as nn.Linear), got {weights[0].dtype}")
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *weights, *biases)):
         return tuple(F.linear(x, w, b) for w, b in zip(weights, biases, strict=True))   # no backward: 3 launches
