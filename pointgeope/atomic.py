@@ -343,6 +343,12 @@ def check_folder_path(path: str | Path, what: str = "output folder") -> None:
     report, after the trials), made before that work starts."""
     if found := _not_a_folder(Path(path)):
         raise UserError(f"{what} {path}: expected a folder, found {found}; remove it or give another folder name")
+    for parent in Path(os.path.abspath(path)).parents:        # the nearest that exists: a file there blocks it
+        if os.path.lexists(parent):
+            if os.path.exists(parent) and not os.path.isdir(parent):
+                raise UserError(f"{what} {path}: expected a folder, but {parent} on its path is a file; remove it or "
+                                f"give another folder name")
+            return
 
 
 def _not_a_folder(path: Path) -> str | None:

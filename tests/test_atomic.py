@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from pointgeope.atomic import atomic_open, atomic_path, write_text_atomic
+from pointgeope.atomic import atomic_open, atomic_path, writable_folder, write_text_atomic
+from pointgeope.errors import UserError
 
 
 def test_failure_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -246,3 +247,15 @@ def test_a_folder_made_that_cannot_be_written_is_removed_with_its_parents_made(t
         with pytest.raises(UserError, match=r"cannot write into it \(Permission denied\)"):
             atomic.writable_folder(target)
         assert [p.name for p in tmp_path.rglob("*")] == ["kept"]
+
+
+@pytest.mark.parametrize("below", ["sub", "sub/deeper"])
+def test_a_file_on_the_folders_path_is_named(tmp_path, below):
+    """An output folder below a file (``out.txt/sub``): the message names the file on the path; before, it said
+    ``cannot write into it (Not a directory); make it writable``, which sends the user to the permissions."""
+    (tmp_path / "out.txt").write_text("x")
+    with pytest.raises(UserError) as err:
+        writable_folder(tmp_path / "out.txt" / below)
+    assert str(err.value) == (f"output folder {tmp_path / 'out.txt' / below}: expected a folder, but "
+                              f"{tmp_path / 'out.txt'} on its path is a file; remove it or give another folder name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]

@@ -88,7 +88,11 @@ def _coerce(value: Any, tp, where: str) -> Any:
             return value
     elif tp is float:
         if is_number(value):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an int past float's range (1 and 400 zeros): no float holds it
+                raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r}, beyond float's range "
+                                  f"(+-1.8e308)") from None
         if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
             try:
                 return float(value)

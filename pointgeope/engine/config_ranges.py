@@ -30,7 +30,7 @@ class Range:
     why_low: str = ""
 
     def __contains__(self, x: float) -> bool:
-        if not math.isfinite(x):
+        if not finite(x):
             return False
         above = self.low is None or (x > self.low if self.open_low else x >= self.low)
         return above and (self.high is None or x <= self.high)
@@ -45,6 +45,12 @@ class Range:
         low = "" if self.low is None else f"{'>' if self.open_low else '>='} {num(self.low)}"
         high = "" if self.high is None else f"<= {num(self.high)}"
         return " and ".join(filter(None, (low, high)))
+
+
+def finite(x: float) -> bool:
+    """Whether the number ``x`` is finite: every int is (``math.isfinite`` raises ``OverflowError`` for one beyond
+    float's range, ``10**400``; Python compares such ints with floats exactly)."""
+    return isinstance(x, int) or math.isfinite(x)
 
 
 POSITIVE, AT_LEAST_0, AT_LEAST_1 = Range(0, open_low=True), Range(0), Range(1)
@@ -134,9 +140,9 @@ def range_problem(value: Any, name: str) -> str | None:
         at = f"{name}[{i}]" if isinstance(value, list) else name
         bound = str(allowed)
         if allowed.why:  # a size: the side it crossed, and why the upper bound is there
-            above = math.isfinite(x) and x > allowed.high
+            above = finite(x) and x > allowed.high
             bound = str(Range(high=allowed.high)) if above else str(Range(allowed.low, open_low=allowed.open_low))
-            if above or (allowed.why_low and math.isfinite(x) and x > 0):  # 0, -1: the bound alone
+            if above or (allowed.why_low and finite(x) and x > 0):  # 0, -1: the bound alone
                 why = allowed.why if above else allowed.why_low
                 return f"{at}: expected {kind} {bound}, got {x!r}; the bound is there because {why}"
         return f"{at}: expected {' '.join(filter(None, (kind, bound)))}, got {x!r}"

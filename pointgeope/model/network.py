@@ -218,6 +218,9 @@ class PointTransformerSeg(nn.Module):
     def __init__(self, config: ModelConfig | None = None, *, grid_size: float = 0.04,
                  backends: OpsBackends = OpsBackends(), check_finite: bool = False, **overrides):
         super().__init__()
+        if not isinstance(check_finite, bool):     # "no", [False]: truthy, so the checks would run against the ask
+            raise TypeError(f"expected check_finite True or False, got {check_finite!r} "
+                            f"({type(check_finite).__name__})")
         self.check_finite = check_finite
         cfg = dataclasses.replace(config or ModelConfig(), **overrides)
         check_sizes(cfg)

@@ -207,7 +207,7 @@ def normalize(x_ptr, stat_ptr, y_ptr, id_ptr, rm_ptr, rv_ptr, count_ptr, w_ptr, 
     if RESIDUAL:        # in the accumulator's type: one rounding to y's type, after the add
         y = y + tl.load(id_ptr + offs, mask=mask, other=0.0).to(acc)
     if RELU:
-        y = tl.maximum(y, 0.0)
+        y = tl.where(y < 0.0, 0.0, y)       # torch's relu: NaN stays NaN (tl.maximum would return the 0)
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
     if UPDATE:
         if tl.program_id(0) == 0:

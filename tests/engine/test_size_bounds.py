@@ -40,6 +40,20 @@ def test_neighbours_beyond_the_bound_are_one_line_naming_the_reason():
         "values (the published network has k = 8 to 16)")
 
 
+@pytest.mark.parametrize("override, words", [
+    ("train.epochs=1" + "0" * 400, "train.epochs: expected an integer <= "),
+    ("train.epochs=-1" + "0" * 400, "train.epochs: expected an integer >= 1, got -1000"),
+    ("model.geope_base=1" + "0" * 400, "model.geope_base: expected float, got 1000"),
+    ("model.geope_base=-1" + "0" * 400, "model.geope_base: expected float, got -1000"),
+])
+def test_an_integer_beyond_floats_range_is_one_line(override, words):
+    """An integer past float's range (YAML reads ``1`` and 400 zeros as an int) is refused by the key's range in
+    one line; before: ``OverflowError: int too large to convert to float`` (a traceback, exit 1)."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
 def test_the_neighbourhood_estimate_by_hand():
     """2 samples of 1000 points; stage 0 keeps 1000 points, k 8, 8 channels, 1 + 1 blocks:
     4 B * 2 * 1000 * 8 * 8 * 2 = 1,024,000; stage 1 keeps 250, k 300 clamped to 250, 16 channels, 2 + 1

@@ -190,11 +190,11 @@ def test_a_run_dir_or_report_out_that_cannot_be_a_folder(tmp_path, capsys, two_f
     assert line == (f"pointgeope train: error: run folder (--run-dir, train.run_dir) {a_file}: expected a "
                     "folder, found a file; remove it or give another folder name")
     line = one_line(capsys, 2, train_args(two_folds, a_file / "run"))  # root writes anywhere: not chmod
-    assert line == (f"pointgeope train: error: run folder (--run-dir, train.run_dir) {a_file / 'run'}: cannot "
-                    "write into it (Not a directory); make it writable or give a folder you can write")
+    assert line == (f"pointgeope train: error: run folder (--run-dir, train.run_dir) {a_file / 'run'}: expected a "
+                    f"folder, but {a_file} on its path is a file; remove it or give another folder name")
     line = one_line(capsys, 2, ["report", str(tiny_run.parent), "--out", str(a_file / "report")])
-    assert line == (f"pointgeope report: error: report folder (--out) {a_file / 'report'}: cannot write into "
-                    "it (Not a directory); make it writable or give a folder you can write")
+    assert line == (f"pointgeope report: error: report folder (--out) {a_file / 'report'}: expected a folder, but "
+                    f"{a_file} on its path is a file; remove it or give another folder name")
 
 
 def test_a_prepared_data_folder_as_the_run_folder_is_refused(tmp_path, capsys, two_folds):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 
 import pytest
 import torch
@@ -64,6 +65,21 @@ def test_shapes_are_named_on_any_device(case):
     with pytest.raises(ValueError, match=r"expected hierarchy.samples\[1\] an integer tensor of shape \(2,\), got "
                                          r"torch.int64 \(3,\)"):
         net(coord, feat, [5, 12], hierarchy=bad)
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_neighbours_of_another_dtype_are_named(case, stage, dtype):
+    """``neighbours[s]`` of bools or floats is named as ``samples`` and ``down`` are; before, it was taken: a bool
+    tensor's 0/1 are in range, so every point gathered rows 0 and 1 of its stage and the logits were wrong without
+    a word (floats happened to gather right)."""
+    net, coord, feat, h = case
+    entries = list(h.neighbours)
+    entries[stage] = entries[stage].to(dtype)
+    shape = tuple(h.neighbours[stage].shape)
+    with pytest.raises(ValueError, match=re.escape(f"expected hierarchy.neighbours[{stage}] an integer tensor of shape "
+                                                   f"{shape}, got {dtype} {shape}")):
+        net(coord, feat, [5, 12], hierarchy=dataclasses.replace(h, neighbours=tuple(entries)))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2.0 ** 61])

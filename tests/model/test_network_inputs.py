@@ -187,3 +187,12 @@ def test_a_training_batch_with_a_stage_of_one_point_is_one_line_saying_what_to_d
     assert net(torch.rand(8, 3), torch.rand(8, 6), [8]).shape == (8, 5)
     assert net(torch.rand(3, 3), torch.rand(3, 6), [1, 3]).shape == (3, 5)    # clouds of 1 and 2 points
     assert net.eval()(torch.rand(1, 3), torch.rand(1, 6), [1]).shape == (1, 5)
+
+
+@pytest.mark.parametrize("flag", ["no", "false", [False], None, 0, torch.tensor(True)])
+def test_check_finite_takes_a_bool_only(flag):
+    """``check_finite="no"`` (or ``[False]``) is truthy: before, it turned the checks on against the ask (and
+    ``None``, ``0`` turned them off); now anything but ``True`` or ``False`` is one ``TypeError`` naming it."""
+    kinds = "str|list|NoneType|int|Tensor"
+    with pytest.raises(TypeError, match=rf"^expected check_finite True or False, got .* \(({kinds})\)$"):
+        PointTransformerSeg(**TWO_STAGES, check_finite=flag)

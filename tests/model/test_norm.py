@@ -119,6 +119,21 @@ def test_momentum_none_is_a_cumulative_average(interpreted):
     torch.testing.assert_close(ours.running_var, ref.running_var, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("train", [True, False])
+def test_a_nan_stays_nan_through_the_relu_as_torch_s(interpreted, dtype, train):
+    """``relu(NaN)`` is NaN in torch: the kernel's ReLU keeps it, so a NaN input is not turned into zeros that
+    hide it (in eval the NaN row's channel, in training the whole channel
+    whose statistics it spoils). The reference: torch's module then ``torch.relu``, NaN for NaN."""
+    ours, ref = _pair(3, dtype)
+    ours.train(train), ref.train(train)
+    x = torch.tensor([[float("nan"), 1.0, 2.0], [1.0, 2.0, 3.0], [0.5, -1.0, -2.0]], dtype=dtype)
+    with torch.no_grad():
+        y, want = ours(x), torch.relu(ref(x.to(ref.weight.dtype))).to(dtype)
+    assert y.isnan().any() and torch.equal(y.isnan(), want.isnan())
+    torch.testing.assert_close(y, want, rtol=BF16_RTOL, atol=1e-6, equal_nan=True)
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_float64_gradcheck(interpreted, train):
     """``gradcheck`` of ``x``, ``w``, ``b`` in float64 (rows drawn away from the ReLU's kink)."""

@@ -256,3 +256,19 @@ def test_without_a_backward_three_products_and_the_same_values():
     assert frozen.ops == {"addmm": 3}
     for got, want in zip(ours, qkv_product(x.requires_grad_(), linears), strict=True):
         torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_what_one_path_refuses_the_other_refuses_too(grad):
+    """The path without a backward (three ``F.linear``) and the one with it (the batched product) take the same
+    inputs: before, a ``(B, N, C_in)`` input ran in evaluation and failed in training ("batch1 must be a 3D
+    tensor"), and a float64 input with float32 weights was refused in evaluation (``F.linear``) but cast and
+    trained in float64."""
+    linears = _linears(c_in=4, c=3, dtype=torch.float32)
+    for p in (p for lin in linears for p in lin.parameters()):
+        p.requires_grad_(grad)
+    with pytest.raises(ValueError, match=r"^expected x of shape \(N, C_in\), got \(2, 5, 4\)$"):
+        qkv_product(torch.randn(2, 5, 4), linears)
+    with pytest.raises(TypeError, match=r"^expected the weights in x's dtype torch.float64 \(as nn.Linear\), got "
+                                        r"torch.float32$"):
+        qkv_product(torch.randn(5, 4, dtype=torch.float64), linears)

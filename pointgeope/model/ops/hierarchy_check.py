@@ -78,6 +78,7 @@ def check_hierarchy(hierarchy, coord: Tensor, strides: tuple[int, ...], values: 
             if t is not None:
                 _shape(f"{name}[{s}]", t, shape)
                 tensors.append((f"{name}[{s}]", t, rows))
+        _shape(f"neighbours[{s}]", hierarchy.neighbours[s], (n, k))     # integers: bools' 0/1 would gather rows 0, 1
         tensors.append((f"neighbours[{s}]", hierarchy.neighbours[s], n))
         if s + 1 < hierarchy.stages:
             _shape(f"up[{s}]", hierarchy.up[s], (n, 3))
