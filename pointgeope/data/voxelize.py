@@ -58,6 +58,14 @@ def column_min(coord: np.ndarray) -> np.ndarray:
     return np.array([coord[:, j].min() for j in range(coord.shape[1])], dtype=coord.dtype)
 
 
+def check_grid_size(grid_size: float) -> float:
+    """``grid_size`` as a float, a ``ValueError`` unless it is a finite number > 0: NaN or 0 gave no cells, and an
+    infinite voxel put every point in cell 0, the whole cloud one voxel without a word."""
+    if not 0 < grid_size < np.inf:
+        raise ValueError(f"expected grid_size a finite number > 0, got {grid_size}")
+    return float(grid_size)
+
+
 def check_cells(cells: np.ndarray, grid_size: float) -> None:
     """A ``ValueError`` unless every entry of ``cells`` (floored cell numbers as floats, ``(3, N)`` after the
     shift to the minimum, or before it: PTv3's grid) and the span of each axis fit in int64: past ``2^63`` the
@@ -65,7 +73,8 @@ def check_cells(cells: np.ndarray, grid_size: float) -> None:
     that overflowed to infinity), every such point in one voxel of negative coordinates. Two passes over the
     cells (a minimum and a maximum per axis)."""
     lo, hi = cells.min(axis=1), cells.max(axis=1)
-    reach = max(float(np.abs(lo).max()), float(np.abs(hi).max()), float((hi - lo).max()))
+    with np.errstate(invalid="ignore"):                # inf - inf (every cell infinite): NaN, and reach is inf
+        reach = max(float(np.abs(lo).max()), float(np.abs(hi).max()), float((hi - lo).max()))
     if not reach < 2.0 ** 63:
         raise ValueError(f"expected grid cells that fit in int64 (below 2^63), got {reach:.3g} cells of grid_size "
                          f"{grid_size:g} along an axis: use a larger grid_size, or centre and split the cloud")
@@ -76,15 +85,14 @@ def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
 
     Args:
         coord: ``(N, 3)`` finite float points, N >= 1 (a NaN or an infinity is a ``ValueError`` naming it).
-        grid_size: voxel edge length (same unit as ``coord``), > 0; a cloud of ``2^63`` voxels or more along
+        grid_size: voxel edge length (same unit as ``coord``), finite and > 0; a cloud of ``2^63`` voxels or more along
             an axis is a ``ValueError`` (:func:`check_cells`).
 
     Returns:
         ``(3, N)`` int64, axis-major (each row contiguous), all >= 0.
     """
     coord = _check_coord(coord)
-    if not grid_size > 0:
-        raise ValueError(f"expected grid_size > 0, got {grid_size}")
+    grid_size = check_grid_size(grid_size)
     if coord.shape[0] == 0:
         raise ValueError("expected at least one point, got an empty coord array")
     ct = np.array(coord.T, order="C")               # (3, N), a copy we may write into (also of a Fortran-order
