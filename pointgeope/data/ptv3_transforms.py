@@ -138,9 +138,9 @@ def pointcept_grid(coord: np.ndarray, grid_size: float) -> np.ndarray:
         with np.errstate(over="ignore"):             # an infinite quotient: check_cells refuses it
             col /= grid_size
         np.floor(col, out=col)
-        check_cells(col[None], grid_size)
+        low = check_cells(col[None], grid_size)[0]   # the float minimum, exact below 2^63: no int64 pass for it
         grid[axis] = col
-        grid[axis] -= grid[axis].min()
+        grid[axis] -= np.int64(low)
     return grid
 
 

@@ -66,18 +66,21 @@ def check_grid_size(grid_size: float) -> float:
     return float(grid_size)
 
 
-def check_cells(cells: np.ndarray, grid_size: float) -> None:
-    """A ``ValueError`` unless every entry of ``cells`` (floored cell numbers as floats, ``(3, N)`` after the
+def check_cells(cells: np.ndarray, grid_size: float, lo: np.ndarray | None = None) -> np.ndarray:
+    """A ``ValueError`` unless every entry of ``cells`` (floored cell numbers as floats, ``(A, N)`` after the
     shift to the minimum, or before it: PTv3's grid) and the span of each axis fit in int64: past ``2^63`` the
     cast gave ``INT64_MIN`` without a word (an extent of 10 m at ``grid_size=1e-30``, or a float32 quotient
-    that overflowed to infinity), every such point in one voxel of negative coordinates. Two passes over the
-    cells (a minimum and a maximum per axis)."""
-    lo, hi = cells.min(axis=1), cells.max(axis=1)
+    that overflowed to infinity), every such point in one voxel of negative coordinates. Returns the minima
+    ``(A,)``, which PTv3's grid shifts by; ``lo`` gives them where the caller knows them (after the shift: 0).
+    A pass over the cells per axis for the maxima, and one for the minima unless given (0.15 ms per million)."""
+    lo = cells.min(axis=1) if lo is None else lo
+    hi = cells.max(axis=1)
     with np.errstate(invalid="ignore"):                # inf - inf (every cell infinite): NaN, and reach is inf
         reach = max(float(np.abs(lo).max()), float(np.abs(hi).max()), float((hi - lo).max()))
     if not reach < 2.0 ** 63:
         raise ValueError(f"expected grid cells that fit in int64 (below 2^63), got {reach:.3g} cells of grid_size "
                          f"{grid_size:g} along an axis: use a larger grid_size, or centre and split the cloud")
+    return lo
 
 
 def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
@@ -101,7 +104,7 @@ def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
         ct -= column_min(coord)[:, None]
         ct /= ct.dtype.type(grid_size)
     np.floor(ct, out=ct)
-    check_cells(ct, grid_size)
+    check_cells(ct, grid_size, lo=np.zeros(3))      # x - min(x) >= 0, and 0 at the minimum: the minima are 0
     return ct.astype(np.int64)
 
 
