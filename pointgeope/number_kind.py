@@ -5,7 +5,9 @@ JSON's ``true`` and YAML's ``true`` read back as Python's ``True``, and ``bool``
 (``isinstance(True, int)``, ``True + 1 == 2``): a check of ``isinstance(value, int)`` alone takes a damaged
 ``"epoch": true`` for epoch 1. Every such check asks here. An HDF5 attribute reads back as a NumPy integer
 (:func:`is_integer`), and an argument of the layers may be a NumPy or a 0-dim torch number
-(:func:`is_real_scalar`): NumPy's and torch's bools are no numbers either. No torch imported: every layer uses it.
+(:func:`is_real_scalar`): NumPy's and torch's bools are no numbers either; a tensor of indices, counts or cells
+(offsets, a batch vector, grid coordinates) is integer by its dtype (:func:`is_integer_tensor`), where
+``torch.tensor([True]).long()`` is ``tensor([1])``. No torch imported: every layer uses it.
 """
 from __future__ import annotations
 
@@ -38,3 +40,12 @@ def is_real_scalar(value: object) -> bool:
     if torch is not None and isinstance(value, torch.Tensor):
         return value.dim() == 0 and not value.is_complex() and value.dtype != torch.bool
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_integer_tensor(value: object) -> bool:
+    """Whether ``value`` is a torch tensor of an integer dtype: neither floating, complex nor bool (a bool tensor
+    read as integers is 0s and 1s). ``is_integer_tensor(torch.tensor([3])) and not
+    is_integer_tensor(torch.tensor([True]))``; a dtype read, no value (no device synchronisation)."""
+    torch = sys.modules.get("torch")   # not imported: ``value`` is no tensor
+    return (torch is not None and isinstance(value, torch.Tensor) and not value.is_floating_point()
+            and not value.is_complex() and value.dtype != torch.bool)

@@ -72,3 +72,15 @@ def test_a_numpy_or_torch_bool_is_no_scale(bool_):
     with pytest.raises(TypeError, match=r"^expected grid_size a finite number > 0, got "):
         check_scale("grid_size", value)
     assert check_scale("grid_size", np.float32(0.5)) == 0.5 and check_scale("grid_size", torch.tensor(2)) == 2.0
+
+
+def test_an_integer_tensor_is_one_of_an_integer_dtype_not_bool():
+    import torch
+
+    from pointgeope.number_kind import is_integer_tensor
+
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+        assert is_integer_tensor(torch.zeros(2, dtype=dtype)) and is_integer_tensor(torch.tensor(3, dtype=dtype))
+    for value in (torch.tensor([True]), torch.zeros(2), torch.zeros(2, dtype=torch.float16), torch.tensor([1j]),
+                  [1, 2], np.array([1, 2]), 3):
+        assert not is_integer_tensor(value)

@@ -49,7 +49,7 @@ from pointgeope.data.transforms import (
     box_centre,
     take_points,
 )
-from pointgeope.data.voxelize import _check_coord, check_cells, crop_nearest, grid_groups
+from pointgeope.data.voxelize import _check_coord, check_cells, check_grid_size, crop_nearest, grid_groups
 
 
 class CenterShift(Transform):
@@ -123,25 +123,24 @@ def pointcept_grid(coord: np.ndarray, grid_size: float) -> np.ndarray:
 
     Args:
         coord: ``(N, 3)`` float points, N >= 1.
-        grid_size: voxel edge, > 0.
+        grid_size: voxel edge, finite and > 0.
 
     Returns:
         ``(3, N)`` int64, all >= 0, each axis's minimum 0 (``voxelize.check_cells``: cells past int64 are a
         ``ValueError``).
     """
-    coord = _check_coord(coord)
-    if not grid_size > 0:
-        raise ValueError(f"expected grid_size > 0, got {grid_size}")
+    coord, grid_size = _check_coord(coord), check_grid_size(grid_size)
     if coord.shape[0] == 0:
         raise ValueError("expected at least one point, got an empty coord array")
     grid = np.empty((3, coord.shape[0]), dtype=np.int64)
     for axis in range(3):                          # column by column: contiguous rows, no (N, 3) float64 copy
         col = coord[:, axis].astype(np.float64)
-        col /= grid_size
+        with np.errstate(over="ignore"):             # an infinite quotient: check_cells refuses it
+            col /= grid_size
         np.floor(col, out=col)
-        check_cells(col[None], grid_size)
+        low = check_cells(col[None], grid_size)[0]   # the float minimum, exact below 2^63: no int64 pass for it
         grid[axis] = col
-        grid[axis] -= grid[axis].min()
+        grid[axis] -= np.int64(low)
     return grid
 
 
@@ -152,9 +151,7 @@ class GridSample(Transform):
     _repr_fields = ("grid_size",)
 
     def __init__(self, grid_size: float = 0.02):
-        if not grid_size > 0:
-            raise ValueError(f"expected grid_size > 0, got {grid_size}")
-        self.grid_size = grid_size
+        self.grid_size = check_grid_size(grid_size)
 
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         grid = pointcept_grid(sample["coord"], self.grid_size)

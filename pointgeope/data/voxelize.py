@@ -58,17 +58,29 @@ def column_min(coord: np.ndarray) -> np.ndarray:
     return np.array([coord[:, j].min() for j in range(coord.shape[1])], dtype=coord.dtype)
 
 
-def check_cells(cells: np.ndarray, grid_size: float) -> None:
-    """A ``ValueError`` unless every entry of ``cells`` (floored cell numbers as floats, ``(3, N)`` after the
+def check_grid_size(grid_size: float) -> float:
+    """``grid_size`` as a float, a ``ValueError`` unless it is a finite number > 0: NaN or 0 gave no cells, and an
+    infinite voxel put every point in cell 0, the whole cloud one voxel without a word."""
+    if not 0 < grid_size < np.inf:
+        raise ValueError(f"expected grid_size a finite number > 0, got {grid_size}")
+    return float(grid_size)
+
+
+def check_cells(cells: np.ndarray, grid_size: float, lo: np.ndarray | None = None) -> np.ndarray:
+    """A ``ValueError`` unless every entry of ``cells`` (floored cell numbers as floats, ``(A, N)`` after the
     shift to the minimum, or before it: PTv3's grid) and the span of each axis fit in int64: past ``2^63`` the
     cast gave ``INT64_MIN`` without a word (an extent of 10 m at ``grid_size=1e-30``, or a float32 quotient
-    that overflowed to infinity), every such point in one voxel of negative coordinates. Two passes over the
-    cells (a minimum and a maximum per axis)."""
-    lo, hi = cells.min(axis=1), cells.max(axis=1)
-    reach = max(float(np.abs(lo).max()), float(np.abs(hi).max()), float((hi - lo).max()))
+    that overflowed to infinity), every such point in one voxel of negative coordinates. Returns the minima
+    ``(A,)``, which PTv3's grid shifts by; ``lo`` gives them where the caller knows them (after the shift: 0).
+    A pass over the cells per axis for the maxima, and one for the minima unless given (0.15 ms per million)."""
+    lo = cells.min(axis=1) if lo is None else lo
+    hi = cells.max(axis=1)
+    with np.errstate(invalid="ignore"):                # inf - inf (every cell infinite): NaN, and reach is inf
+        reach = max(float(np.abs(lo).max()), float(np.abs(hi).max()), float((hi - lo).max()))
     if not reach < 2.0 ** 63:
         raise ValueError(f"expected grid cells that fit in int64 (below 2^63), got {reach:.3g} cells of grid_size "
                          f"{grid_size:g} along an axis: use a larger grid_size, or centre and split the cloud")
+    return lo
 
 
 def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
@@ -76,15 +88,14 @@ def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
 
     Args:
         coord: ``(N, 3)`` finite float points, N >= 1 (a NaN or an infinity is a ``ValueError`` naming it).
-        grid_size: voxel edge length (same unit as ``coord``), > 0; a cloud of ``2^63`` voxels or more along
+        grid_size: voxel edge length (same unit as ``coord``), finite and > 0; a cloud of ``2^63`` voxels or more along
             an axis is a ``ValueError`` (:func:`check_cells`).
 
     Returns:
         ``(3, N)`` int64, axis-major (each row contiguous), all >= 0.
     """
     coord = _check_coord(coord)
-    if not grid_size > 0:
-        raise ValueError(f"expected grid_size > 0, got {grid_size}")
+    grid_size = check_grid_size(grid_size)
     if coord.shape[0] == 0:
         raise ValueError("expected at least one point, got an empty coord array")
     ct = np.array(coord.T, order="C")               # (3, N), a copy we may write into (also of a Fortran-order
@@ -93,7 +104,7 @@ def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
         ct -= column_min(coord)[:, None]
         ct /= ct.dtype.type(grid_size)
     np.floor(ct, out=ct)
-    check_cells(ct, grid_size)
+    check_cells(ct, grid_size, lo=np.zeros(3))      # x - min(x) >= 0, and 0 at the minimum: the minima are 0
     return ct.astype(np.int64)
 
 

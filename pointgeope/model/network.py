@@ -45,6 +45,7 @@ from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.residual_norm import BatchNormAddReLU
 from pointgeope.model.rotation import constant
 from pointgeope.model.small_batch import check_stage_rows
+from pointgeope.number_kind import is_integer_tensor
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
            "stage_grid_units", "check_sizes"]
@@ -319,7 +320,7 @@ class PointTransformerSeg(nn.Module):
             host = offset_tensor(offset)
             return coord, feat, host.to(coord.device), check_offset(host, coord.shape[0])
         if not read:
-            if offset.dim() != 1 or offset.is_floating_point() or offset.is_complex() or offset.dtype == torch.bool:
+            if offset.dim() != 1 or not is_integer_tensor(offset):
                 raise ValueError(f"expected offset an integer tensor of shape (B,), got {offset.dtype} "
                                  f"{tuple(offset.shape)}")
             return coord, feat, offset.long(), None

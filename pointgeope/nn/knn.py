@@ -21,6 +21,7 @@ from torch import Tensor
 from pointgeope.model.ops import knn
 from pointgeope.model.ops.backends import TRITON_KNN_MAX_K
 from pointgeope.nn.checks import check_coordinates, check_count, check_float_tensor, check_values
+from pointgeope.number_kind import is_integer_tensor
 
 __all__ = ["knn_graph"]
 
@@ -96,7 +97,7 @@ def _example_sizes(batch: Tensor | None, num: int, batch_size: int | None, devic
         if batch_size is not None and check_count("batch_size", batch_size) != 1:
             raise ValueError(f"expected batch_size 1 (or a batch vector) without batch, got {batch_size}")
         return torch.tensor([num], device=device)
-    if not isinstance(batch, Tensor) or batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
+    if not is_integer_tensor(batch):
         raise TypeError(f"expected batch an integer tensor, got {getattr(batch, 'dtype', type(batch).__name__)}")
     if batch.shape != (num,):
         raise ValueError(f"expected batch of shape ({num},) (one example index a point), got {tuple(batch.shape)}")

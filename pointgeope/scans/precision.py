@@ -5,9 +5,16 @@ about 0.5 m at a UTM northing of 4.2e6 m, 0.03 m at an easting of 5e5 m. A PLY `
 ``.npy`` of a georeferenced scan has lost everything finer before ``predict`` reads it (``prepare`` keeps such
 rooms precise by storing them minus an ``origin``: :mod:`pointgeope.origin`), and its points fall on a few planes
 per voxel: the network sees another cloud than the scanner's, without a word. Such a scan is recognised by its
-values: every coordinate is a float32 value, some are not integers (integer coordinates, e.g. a 1 m lattice, are
-float32 values up to 2^24 without having been rounded), and the step at its largest ``|x|`` (in metres, after
-``--scale``) exceeds :data:`STEP_SHARE` of the model's voxel. One pass over the coordinates, a comparison each.
+values: every coordinate is a float32 value, some are not integers or some reach 2^24 (integer coordinates, e.g. a
+1 m lattice or whole millimetres, are float32 values below 2^24 without having been rounded; from 2^24 on every
+float32 value is an integer, so there integers are no excuse: a float32 file of millimetres at 4.2e9 mm is in
+steps of 256 mm), and the step at its largest ``|x|`` (in metres, after ``--scale``) exceeds :data:`STEP_SHARE` of
+the model's voxel. One pass over the coordinates, a comparison each.
+
+The share: a step ``s`` puts a voxel's points on at most ``grid / s`` planes per axis, each coordinate off by up to
+``s / 2``; steps within an eighth of the voxel are off by ``grid / 16`` at most (2.5 mm at 0.04 m), near the
+millimetres the training rooms are written in. float32's steps being powers of two, it fires from ``|x| >= 2^16`` m
+at a 0.04 m voxel (steps of 7.8 mm) and ``2^15`` m at 0.02 m (3.9 mm): at every UTM easting (166-834 km).
 """
 from __future__ import annotations
 
@@ -20,13 +27,17 @@ STEP_SHARE = 1 / 8      # steps past an eighth of a voxel: a voxel's points on a
 
 def float32_steps(coord: np.ndarray) -> float:
     """The float32 step at the largest ``|x|`` of ``coord (N, 3)`` (float64, the file's unit) where every entry
-    is a float32 value and some are not integers, else 0 (also for an empty cloud)."""
+    is a float32 value and some are not integers or the largest reaches ``2^24``, else 0 (also for an empty
+    cloud)."""
     if coord.size == 0:
         return 0.0
     as32 = coord.astype(np.float32)
-    if not np.array_equal(as32, coord) or np.array_equal(np.floor(coord), coord):
+    if not np.array_equal(as32, coord):
         return 0.0
-    return float(np.spacing(np.abs(as32).max()))
+    reach = np.abs(as32).max()
+    if reach < 2.0 ** 24 and np.array_equal(np.floor(coord), coord):   # integers below 2^24: exact in float32
+        return 0.0
+    return float(np.spacing(reach))
 
 
 def float32_note(source: str, coord: np.ndarray, scale: float, grid_size: float) -> str | None:

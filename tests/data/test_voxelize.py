@@ -101,7 +101,7 @@ def test_grid_coord_of_a_fortran_order_cloud_leaves_it_unchanged():
 def test_grid_coord_rejects_bad_input():
     with pytest.raises(ValueError, match=r"expected coord of shape \(N, 3\), got \(4, 2\)"):
         grid_coord(np.zeros((4, 2), np.float32), 0.1)
-    with pytest.raises(ValueError, match="grid_size > 0"):
+    with pytest.raises(ValueError, match="grid_size a finite number > 0"):
         grid_coord(np.zeros((4, 3), np.float32), 0.0)
 
 
@@ -215,3 +215,24 @@ def test_grid_cells_beyond_int64_are_refused_not_wrapped():
                  lambda: grid_coord(np.array([[0.0, 0, 0], [2.0 ** 63, 0, 0]]), 1.0)):
         with pytest.raises(ValueError, match=want):
             call()
+
+
+def test_an_infinite_grid_size_is_refused_and_an_overflowing_quotient_refused_without_a_numpy_warning():
+    """``grid_size=inf`` passed ``> 0`` and made every cell 0: the whole cloud one voxel without a word (on both
+    grids). PTv3's grid also printed numpy's "overflow encountered in divide" before refusing a quotient past
+    float64 (``1e10 / 1e-300``); PTv1's did not."""
+    import warnings
+
+    from pointgeope.data.ptv3_transforms import GridSample, pointcept_grid
+
+    c = cloud(20, 1).astype(np.float64)
+    for call in (lambda g: grid_coord(c, g), lambda g: pointcept_grid(c, g), lambda g: voxel_groups(c, g),
+                 GridSample):
+        for bad in (np.inf, 0.0, -1.0, np.nan):
+            with pytest.raises(ValueError, match=r"^expected grid_size a finite number > 0, got (inf|0.0|-1.0|nan)$"):
+                call(bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                # a numpy RuntimeWarning fails the test
+        for call in (grid_coord, pointcept_grid):
+            with pytest.raises(ValueError, match=r"^expected grid cells that fit in int64 \(below 2\^63\), got inf "):
+                call(c * 1e10, 1e-300)

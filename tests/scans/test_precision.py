@@ -39,3 +39,15 @@ def test_scale_applies_to_the_step():
     assert "steps of 0.256 m" in float32_note("s.npy", coord, 0.001, 0.04)
     near = np.array([[4200.123, 1.5, 2.0]], dtype=np.float32).astype(np.float64)
     assert float32_steps(near) == 2.0 ** (12 - 23) and float32_note("s.npy", near, 1.0, 0.04) is None   # 0.49 mm
+
+
+def test_integers_from_2_to_the_24_are_no_excuse():
+    """From 2^24 every float32 value is an integer, so integer coordinates there are float32's rounding, not a
+    lattice: a float32 file of millimetres at 4.2e9 / 6e8 / 4.7e9 mm (ECEF-like, every axis past 2^24) is in steps
+    of 256 mm. It was taken for an integer lattice and not warned; below 2^24 integers still are not."""
+    ecef = np.array([[4.2e9, 6.0e8, 4.7e9], [4.2e9 + 1234.5, 6.0e8 + 77, 4.7e9 + 999]], np.float32).astype(np.float64)
+    assert np.array_equal(np.floor(ecef), ecef)                                   # all integers
+    assert float32_steps(ecef) == 2.0 ** (32 - 23)                                # 4.7e9 in [2^32, 2^33): 512
+    assert "steps of 0.512 m" in float32_note("ecef.npy", ecef, 0.001, 0.04)
+    assert float32_steps(np.array([[2.0 ** 24 - 1, 3.0, 5.0]])) == 0.0           # the last exact integer lattice
+    assert float32_steps(np.array([[2.0 ** 24, 3.0, 5.0]])) == 2.0                # 2^24: steps of 2

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pointgeope.number_kind import is_integer_tensor
+
 __all__ = ["check_offset", "offset_tensor", "counts", "offset_from_counts", "cloud_of_rows"]
 
 
@@ -37,7 +39,7 @@ def check_offset(offset: Tensor | list[int], num_points: int, name: str = "offse
     offset = offset_tensor(offset, name=name)                 # a host list, tuple or array: its own dtype
     if offset.dim() != 1 or offset.numel() == 0:
         raise ValueError(f"expected {name} of shape (B,) with B >= 1, got {tuple(offset.shape)}")
-    if offset.is_floating_point() or offset.is_complex() or offset.dtype == torch.bool:   # True read as a count of 1
+    if not is_integer_tensor(offset):                       # a bool: True read as a count of 1
         raise ValueError(f"expected integer {name} (cumulative point counts), got dtype {offset.dtype}")
     values = [int(v) for v in offset.tolist()]
     if values[-1] != num_points:

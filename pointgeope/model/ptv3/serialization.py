@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops.morton import BITS, code as morton_code
+from pointgeope.number_kind import is_integer_tensor
 
 __all__ = ["MAX_DEPTH", "ORDERS", "check_depth", "check_orders", "code_of", "encode", "hilbert", "serialization_depth",
            "z_order"]
@@ -37,7 +38,7 @@ def check_depth(grid_coord: Tensor, depth: int, num_clouds: int = 1) -> None:
     ``1 <= depth <= 16`` and the batch index fits in the int64 code (``3 depth + bits(num_clouds) <= 63``)."""
     if grid_coord.dim() != 2 or grid_coord.shape[-1] != 3:
         raise ValueError(f"expected grid_coord of shape (N, 3), got {tuple(grid_coord.shape)}")
-    if grid_coord.dtype.is_floating_point or grid_coord.dtype == torch.bool:
+    if not is_integer_tensor(grid_coord):
         raise ValueError(f"expected integer grid_coord, got {grid_coord.dtype}")
     if not 1 <= depth <= MAX_DEPTH:
         raise ValueError(f"expected a serialization depth in 1..{MAX_DEPTH}, got {depth}")

@@ -32,6 +32,7 @@ from torch import Tensor
 from pointgeope.geope_checks import check_counted
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, offset_tensor
 from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_of, serialization_depth
+from pointgeope.number_kind import is_integer_tensor
 
 __all__ = ["PointBatch", "check_inputs", "offsets_to_batch"]
 
@@ -53,14 +54,14 @@ def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor
     if n == 0:
         raise ValueError("expected at least one point, got coord of shape (0, 3)")
     check_counted("coord", coord)   # one read, the point ops' rule: GeoPE's float32 axis norm overflows from ~1.8e19
-    if tuple(grid_coord.shape) != (n, 3) or grid_coord.dtype.is_floating_point:
+    if tuple(grid_coord.shape) != (n, 3) or not is_integer_tensor(grid_coord):   # a bool: cells of 0 and 1
         raise ValueError(f"expected grid_coord of shape ({n}, 3) integer, got {tuple(grid_coord.shape)} "
                          f"{grid_coord.dtype}")
     if int(grid_coord.min()) < 0:
         raise ValueError(f"expected grid_coord >= 0, got a minimum of {int(grid_coord.min())}")
     if feat.dim() != 2 or feat.shape[0] != n:
         raise ValueError(f"expected feat of shape ({n}, C), got {tuple(feat.shape)}")
-    if offset.dim() != 1 or offset.numel() == 0 or offset.dtype.is_floating_point:
+    if offset.dim() != 1 or offset.numel() == 0 or not is_integer_tensor(offset):
         raise ValueError(f"expected offset of shape (B,) integer, got {tuple(offset.shape)} {offset.dtype}")
     check_offset(offset, n)      # names the first entry at fault (offset[b] = v after u), whatever B
 

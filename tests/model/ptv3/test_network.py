@@ -114,6 +114,21 @@ def test_bad_offsets_name_the_entry_at_fault_whatever_the_number_of_clouds():
     check_inputs(coord, grid, feat, torch.arange(10, n + 1, 10))
 
 
+def test_bool_and_complex_grid_coord_and_offsets_are_refused_by_name(model):
+    """A bool ``grid_coord`` passed the float check and ``.long()`` made it cells 0 and 1: the network ran
+    on a 2x2x2 grid without a word; a complex one raised torch's ``"min_all" not implemented for
+    'ComplexFloat'``. Both are now the one line naming grid_coord and its dtype, as bool offsets are."""
+    data = cloud()
+    for dtype in (torch.bool, torch.complex64):
+        with pytest.raises(ValueError) as err:
+            run(model, **dict(data, grid_coord=data["grid_coord"].to(dtype)))
+        assert str(err.value) == f"expected grid_coord of shape (100, 3) integer, got (100, 3) {dtype}"
+    with pytest.raises(ValueError) as err:
+        run(model, **dict(data, offset=torch.tensor([True, True])))
+    assert str(err.value) == "expected offset of shape (B,) integer, got (2,) torch.bool"
+    run(model, **dict(data, grid_coord=data["grid_coord"].to(torch.int16)))   # any integer dtype is taken
+
+
 def test_training_step_reaches_every_parameter():
     torch.manual_seed(0)
     net = PTv3Segmentor(5, 8, PointTransformerV3(**dict(SMALL, drop_path=0.3, enable_rpe=True))).train()
