@@ -296,3 +296,59 @@ def test_a_sparse_convolution_reads_each_offset_as_autocasts_cast_of_it():
             assert torch.equal(mine, cast) and mine.stride() == cast.stride() == (1, 5)
             assert (mine.data_ptr() - start) % ALIGN_BYTES == 0
     assert conv.weight is param
+
+
+def test_a_parameter_assigned_inside_the_run_is_read_and_no_copy_is_left_behind():
+    """A Parameter assigned to a copied name inside the ``with`` (``module.weight = ...``,
+    ``load_state_dict(assign=True)``) replaces the copy for the rest of the run; the ``with`` ends without
+    error and takes out every other module's copy (a float32 forward after it reads the float32 parameters)."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    new = nn.Parameter(torch.full((4, 3), 0.5))
+    with cast_weights(model, BF16) as n:
+        assert n == 4
+        model[0].weight = new
+        assert model[0].weight is new and model[1].weight.dtype == BF16
+    assert all("weight" not in vars(m) and "bias" not in vars(m) for m in model)
+    assert model[0].weight is new and model[1].weight is model[1]._parameters["weight"]
+    x = torch.ones(2, 3)
+    assert torch.equal(model(x), model[1](torch.full((2, 4), 1.5) + model[0].bias))
+
+
+def test_a_nested_run_of_another_dtype_is_refused():
+    """An inner ``with`` in float16 inside a bfloat16 one would leave the bf16 copies in place and float16
+    autocast would round them again (values neither cast gives alone): refused, the outer copies kept."""
+    model = nn.Sequential(nn.Linear(3, 4))
+    with cast_weights(model, BF16):
+        with pytest.raises(RuntimeError, match=r"inside cast_weights\(torch.bfloat16\)"), \
+                cast_weights(model, torch.float16):
+            pass
+        assert model[0].weight.dtype == BF16
+    assert "weight" not in vars(model[0])
+
+
+def test_a_training_step_after_a_run_gives_the_weights_of_one_without_the_copies(as_on_cuda):
+    """Validation between epochs: step, a bf16 test run with the copies, step, and the same with autocast
+    casting at each call: the same parameters and momentum buffers bit for bit, and the optimiser holds the
+    model's parameters."""
+    def train(copies: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        model, cfg, _, _ = tiny("geope", 10**6)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        g = torch.Generator().manual_seed(1)
+        coord = torch.rand(200, 3, generator=g) * 2
+        feat, offset = torch.cat([torch.rand(200, 3, generator=g), coord], 1), torch.tensor([90, 200])
+        label = torch.randint(0, cfg.model.num_classes, (200,), generator=g)
+        for _ in range(2):
+            model.train()
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(coord, feat, offset), label).backward()
+            optimizer.step()
+            model.eval()
+            with torch.inference_mode(), (eval_weights.copies(model, cfg, torch.device("cpu")) if copies
+                                          else contextlib.nullcontext()), build.autocast(cfg, torch.device("cpu"),
+                                                                                          evaluation=True):
+                model(coord, feat, offset)
+        assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in model.parameters()]
+        return ([p.detach().clone() for p in model.parameters()],
+                [optimizer.state[p]["momentum_buffer"] for p in model.parameters()])
+    (weights, momenta), (weights_cast, momenta_cast) = train(True), train(False)
+    assert all(torch.equal(a, b) for a, b in zip(weights + momenta, weights_cast + momenta_cast, strict=True))
