@@ -55,7 +55,11 @@ def check_scale(name: str, value, what: str = "") -> float:
     """
     if not is_real_scalar(value):   # a bool, NumPy's, a bool tensor: no number (float(np.True_) was 1.0)
         raise TypeError(f"expected {name} a finite number > 0{what}, got {value!r} ({type(value).__name__})")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:       # an int past float's range (10**400): as the config's keys say it
+        raise ValueError(f"expected {name} a finite number > 0{what}, got {value!r}, beyond float's range "
+                         f"(+-1.8e308)") from None
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"expected {name} a finite number > 0{what}, got {number}")
     return number

@@ -74,6 +74,16 @@ def test_a_numpy_or_torch_bool_is_no_scale(bool_):
     assert check_scale("grid_size", np.float32(0.5)) == 0.5 and check_scale("grid_size", torch.tensor(2)) == 2.0
 
 
+def test_an_integer_past_floats_range_is_no_scale():
+    """``GeoPE(pos_scale=10**400)`` (or a base, a grid size) ended in ``OverflowError: int too large to convert to
+    float``; it is the scale check's ``ValueError`` naming the argument, as an infinite scale is."""
+    from pointgeope.geope_checks import check_scale
+
+    for value in (10 ** 400, -(10 ** 400)):
+        with pytest.raises(ValueError, match=r"^expected pos_scale a finite number > 0, got -?10{400}, beyond float's"):
+            check_scale("pos_scale", value)
+
+
 def test_an_integer_tensor_is_one_of_an_integer_dtype_not_bool():
     import torch
 

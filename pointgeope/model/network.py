@@ -39,7 +39,7 @@ from pointgeope.model.ops import (
     gather,
     interpolate_from,
 )
-from pointgeope.model.ops.checks import check_count, check_finite, check_model_dtype
+from pointgeope.model.ops.checks import check_count, check_finite, check_flag, check_model_dtype
 from pointgeope.model.ops.hierarchy_check import check_hierarchy
 from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.residual_norm import BatchNormAddReLU
@@ -219,10 +219,7 @@ class PointTransformerSeg(nn.Module):
     def __init__(self, config: ModelConfig | None = None, *, grid_size: float = 0.04,
                  backends: OpsBackends = OpsBackends(), check_finite: bool = False, **overrides):
         super().__init__()
-        if not isinstance(check_finite, bool):     # "no", [False]: truthy, so the checks would run against the ask
-            raise TypeError(f"expected check_finite True or False, got {check_finite!r} "
-                            f"({type(check_finite).__name__})")
-        self.check_finite = check_finite
+        self.check_finite = check_flag("check_finite", check_finite)    # "no", [False]: truthy, not False
         cfg = dataclasses.replace(config or ModelConfig(), **overrides)
         check_sizes(cfg)
         planes, strides, neighbours = tuple(cfg.planes), tuple(cfg.strides), tuple(cfg.neighbours)

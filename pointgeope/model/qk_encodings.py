@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from pointgeope.geope import BlockScale, apply_geope
 from pointgeope.geope_checks import check_counted, check_phase_scales, check_scale
 from pointgeope.model.coord_augment import UTONIA_AUGMENT, CoordAugment
+from pointgeope.model.ops.checks import check_flag
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table
@@ -84,7 +85,8 @@ class QKEncoding(nn.Module):
 
     def __init__(self, head_dim: int, augment: CoordAugment | None = None, check_finite: bool = True):
         super().__init__()
-        self.head_dim, self.augment, self.check_finite = _width(self, head_dim), augment, check_finite
+        self.head_dim, self.augment = _width(self, head_dim), augment
+        self.check_finite = check_flag("check_finite", check_finite)     # "no" is truthy
 
     def forward(self, q: Tensor, k: Tensor, coord: Tensor | None, grid: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``(q, k)`` turned by the positions (``coord`` or ``grid``), shapes and dtypes kept."""

@@ -68,8 +68,11 @@ def qkv_product(x: Tensor, linears: tuple[nn.Linear, nn.Linear, nn.Linear]) -> t
         raise ValueError(f"expected x of shape (N, C_in), got {tuple(x.shape)}")
     kind = x.device.type
     cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind) and x.dtype != torch.float64
-    if not cast and any(t.dtype != x.dtype for t in weights):   # F.linear's refusal (autocast casts), both paths
-        raise TypeError(f"expected the weights in x's dtype {x.dtype} (as nn.Linear), got {weights[0].dtype}")
+    if not cast and any(t.dtype != x.dtype for t in (*weights, *biases)):   # F.linear's refusal (autocast casts)
+        name, t = next((f"linears[{i}].{n}", t) for i, lin in enumerate(linears)
+                       for n, t in (("weight", lin.weight), ("bias", lin.bias)) if t.dtype != x.dtype)
+        raise TypeError(f"expected the weights and biases in x's dtype {x.dtype} (as nn.Linear), got {name} in "
+                        f"{t.dtype}")
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *weights, *biases)):
         return tuple(F.linear(x, w, b) for w, b in zip(weights, biases, strict=True))   # no backward: 3 launches
     return _Product.apply(x, *weights, *biases)

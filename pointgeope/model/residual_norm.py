@@ -15,9 +15,9 @@ output and the sum). In float32 and float64 it is the bits of the norm's launch 
 in bf16 and float16 the sum is rounded once to the output's type, where torch rounds the norm's output first
 (so the kernel's result is within one rounding of the intermediate of torch's). It is registered as a CUDA default
 (:data:`EVAL_KERNEL`, ``batch_norm_add_relu_eval``, with its ``info --check`` rows): the published test's forward
-is eval. Gradients in eval (a frozen-statistics fine-tune) go through the ReLU's mask (``out > 0``, torch's
-``threshold_backward`` rule) to the identity and to the norm's fixed-statistics backward, on the norm's kernels
-(``grad_sums``, ``grad_input``) as the eval norm's backward runs.
+is eval. Gradients in eval (a frozen-statistics fine-tune) go through the ReLU's mask (``g`` unless ``out <= 0``:
+torch's ``threshold_backward`` rule, so a NaN output passes ``g``) to the identity and to the norm's
+fixed-statistics backward, on the norm's kernels (``grad_sums``, ``grad_input``) as the eval norm's backward runs.
 
 **Training** on the kernels (:data:`KERNEL`, ``batch_norm_add_relu``) is the norm's two launches with the add and the
 ReLU in the second: the statistics (``triton_norm.statistics``, of a padded batch's real rows too), then
@@ -61,8 +61,8 @@ class _FusedResidual(torch.autograd.Function):
     """:func:`reference` on the Triton kernels: in training the norm's statistics launch, then ``normalize`` with
     ``RESIDUAL`` and ``RELU`` (the running buffers and the batch count moved there, as the norm's); in eval that
     launch alone, on the running buffers. Saves ``x``, the parameters, the ``(5, C)`` statistics and the output
-    (the ReLU's mask). Backward: ``gm = g [out > 0]`` (torch's ``threshold_backward`` rule) is the identity's
-    gradient, and the norm's backward without its ReLU takes it (``grad_sums``, ``grad_input``)."""
+    (the ReLU's mask). Backward: ``gm = g [not out <= 0]`` (torch's ``threshold_backward`` rule: NaN passes ``g``)
+    is the identity's gradient, and the norm's backward without its ReLU takes it (``grad_sums``, ``grad_input``)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, identity: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
@@ -89,7 +89,7 @@ class _FusedResidual(torch.autograd.Function):
     @first_order_only(KERNEL_WAY)
     def backward(ctx, g: Tensor):
         x, weight, bias, stats, valid, out = ctx.saved_tensors
-        gm = torch.where(out > 0, g, 0)             # the ReLU's mask: the identity's gradient, the norm's upstream
+        gm = torch.where(out <= 0, 0, g)    # the ReLU's mask (NaN passes g): the identity's grad, the norm's upstream
         needs = [ctx.needs_input_grad[0], *ctx.needs_input_grad[2:4]]
         batch, eps = ctx.batch_stats, ctx.eps
 

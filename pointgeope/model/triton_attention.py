@@ -63,7 +63,7 @@ def _neighbour_softmax(w_ptr, idx_ptr, m, N, K, G, F64: tl.constexpr, BLOCK_K: t
     logits = tl.where(mask, logits * one, -1.0e30)
     e = tl.where(mask, tl.exp(logits - tl.reduce(logits, 1, _maximum)[:, None, :]), 0.0)
     total = tl.reduce(e, 1, _add)
-    p = e / tl.where(total > 0, total, 1.0)[:, None, :]
+    p = e / tl.where(total == 0, 1.0, total)[:, None, :]     # 0: masked lanes only; a NaN sum makes p NaN, as torch's
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     return p, rows, pair, mask, one
 

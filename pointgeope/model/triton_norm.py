@@ -8,7 +8,8 @@ Per channel ``c``, over the ``R`` rows (the points ``N``, or the pairs ``N k`` o
                                             (``RELU``; without it ``y = x scale_c + shift_c``)
     y      = max(0, x scale_c + shift_c + identity)       (``RESIDUAL``, :func:`normalize` only: PTv1's block tail)
 
-and the adjoint, with ``gm = g [x scale + shift > 0]`` (the ReLU's mask; ``gm = g`` without ``RELU``)::
+and the adjoint, with ``gm = g [not x scale + shift <= 0]`` (the ReLU's mask, torch's: NaN passes ``g``; ``gm = g``
+without ``RELU``)::
 
     db_c = sum_r gm                         dw_c = sum_r gm xhat
     dx   = scale_c (gm - db_c / R - xhat dw_c / R)     (batch statistics; with fixed ones dx = scale_c gm)
@@ -249,7 +250,7 @@ def grad_sums(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, sums_ptr, ticket_ptr, R, 
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
         gm = g                                  # 0 on the masked rows and channels, as loaded
         if RELU:
-            gm = tl.where(mask & (x * scale + shift > 0.0), g, 0.0)
+            gm = tl.where(x * scale + shift <= 0.0, 0.0, g)     # torch's threshold_backward: NaN passes g
         sg += tl.reduce(gm, 0, _add)
         sgx += tl.reduce(gm * ((x - mean) * invstd), 0, _add)
         r0 += BLOCK_R
@@ -300,7 +301,7 @@ def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, valid_ptr, R, C, BATCH:
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
     gm = g
     if RELU:
-        gm = tl.where(x * scale + shift > 0.0, g, 0.0)
+        gm = tl.where(x * scale + shift <= 0.0, 0.0, g)     # torch's threshold_backward: NaN passes g
     if BATCH:
         mean = tl.load(stat_ptr + cols, mask=cmask, other=0.0)[None, :]
         invstd = tl.load(stat_ptr + C + cols, mask=cmask, other=0.0)[None, :]

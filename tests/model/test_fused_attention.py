@@ -79,6 +79,26 @@ def test_aggregate_gradients_are_the_float64_autograd_of_the_definition():
         torch.testing.assert_close(got.grad.double(), want.grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_nan_or_inf_logit_spoils_its_softmax_row_as_torchs(bad):
+    """torch's softmax of a row with a NaN (or +inf: ``inf - inf``) logit is NaN throughout, so the row's output and
+    the gradients of every value and delta it weighs are NaN. Before, the kernel's sum guard (``total > 0``, false
+    for NaN) divided by 1 instead: the other weights stayed finite and the values' gradients of that row were
+    finite, hiding the NaN there. Now the NaNs and the finite values are torch's (float64 autograd)."""
+    w, v, idx, d = (t.requires_grad_() if t.dtype != torch.int64 else t for t in _aggregate_inputs(torch.float64))
+    with torch.no_grad():
+        w[2, 1, 0] = bad
+    gy = torch.randn(idx.shape[0], 8, dtype=torch.float64)
+    fused_attention.aggregate(w, v, idx, d, 2).backward(gy)
+    ref = [t.detach().clone().requires_grad_() for t in (w, v, d)]
+    p = torch.softmax(ref[0], dim=1)
+    y = ((ref[1][idx] + ref[2]).unflatten(-1, (2, 4)) * p.unsqueeze(2)).sum(1).flatten(1)
+    y.backward(gy)
+    assert ref[1].grad.isnan().any()
+    for got, want in zip((w, v, d), ref, strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-10, atol=1e-10, equal_nan=True)
+
+
 @pytest.mark.parametrize("with_delta", [True, False])
 def test_aggregate_and_relation_pass_gradcheck_in_float64(with_delta):
     """The full Jacobians (``fast_mode=False``: every input and output element) of inputs small enough for

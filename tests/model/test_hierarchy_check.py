@@ -82,6 +82,19 @@ def test_neighbours_of_another_dtype_are_named(case, stage, dtype):
         net(coord, feat, [5, 12], hierarchy=dataclasses.replace(h, neighbours=tuple(entries)))
 
 
+@pytest.mark.parametrize("stage", [0, 1])
+def test_neighbours_of_three_dimensions_are_named(case, stage):
+    """``neighbours[s]`` of shape ``(N_s, k, 1)`` (a stray ``[..., None]``): before, Python's "too many values to
+    unpack (expected 2)", naming nothing; now the entry and its expected shape."""
+    net, coord, feat, h = case
+    entries = list(h.neighbours)
+    entries[stage] = entries[stage][..., None]
+    shape = tuple(entries[stage].shape)
+    with pytest.raises(ValueError, match=re.escape(f"expected hierarchy.neighbours[{stage}] an integer tensor of shape "
+                                                   f"(N_{stage}, k), got torch.int64 {shape}; ")):
+        net(coord, feat, [5, 12], hierarchy=dataclasses.replace(h, neighbours=tuple(entries)))
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2.0 ** 61])
 def test_coordinates_with_a_hierarchy_are_checked_as_without(case, bad):
     """Without a hierarchy the spec refuses them as it builds one; with one made elsewhere (a copy without the

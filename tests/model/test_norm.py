@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 
 import pytest
 import torch
@@ -132,6 +133,28 @@ def test_a_nan_stays_nan_through_the_relu_as_torch_s(interpreted, dtype, train):
         y, want = ours(x), torch.relu(ref(x.to(ref.weight.dtype))).to(dtype)
     assert y.isnan().any() and torch.equal(y.isnan(), want.isnan())
     torch.testing.assert_close(y, want, rtol=BF16_RTOL, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("train", [True, False])
+def test_the_relus_gradient_at_a_nan_is_torchs(interpreted, dtype, train):
+    """torch's ReLU backward (``threshold_backward``) zeroes the gradient where the output is ``<= 0`` only: at a
+    NaN output it passes it. The kernels' backward (``grad_sums``, ``grad_input``) gives the same ``dx``, ``dw``,
+    ``db`` as torch's module and ``torch.relu`` by autograd, NaN where torch's are NaN (training: the NaN's channel)."""
+    ours, ref = _pair(3, dtype)
+    ref = ref.double()
+    ours.train(train), ref.train(train)
+    x = torch.tensor([[1.0, 1.0, 2.0], [1.0, 2.0, 3.0], [0.5, -1.0, -2.0], [-0.7, 0.3, 0.9]], dtype=torch.float64)
+    x[1, 0] = float("nan")
+    up = torch.arange(1.0, 13.0, dtype=torch.float64).reshape(4, 3)
+    xs, x64 = x.to(dtype).clone().requires_grad_(), x.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", kernels.KernelFallbackWarning)
+        ours(xs).backward(up.to(dtype))
+    torch.relu(ref(x64)).backward(up)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    for got, want in ((xs.grad, x64.grad), (ours.weight.grad, ref.weight.grad), (ours.bias.grad, ref.bias.grad)):
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 10, equal_nan=True)
 
 
 @pytest.mark.parametrize("train", [True, False])

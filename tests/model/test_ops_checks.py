@@ -336,3 +336,23 @@ def test_knn_fps_and_knn_graph_refuse_meta_tensors_by_name_and_geope_qk_runs_on_
     got = geope_qk(q.to(meta), k.to(meta), pos.to(meta))
     want = geope_qk(q, k, pos)
     assert [(g.device.type, g.shape, g.dtype) for g in got] == [("meta", w.shape, w.dtype) for w in want]
+
+
+@pytest.mark.parametrize("flag", ["no", "false", [False], None, 0, torch.tensor(False)])
+def test_every_check_finite_takes_a_bool_only(flag):
+    """``check_finite="no"`` (or ``"false"``, ``[False]``) is truthy and turned the coordinate checks of ``knn``,
+    ``knn_of_rows``, ``fps`` and the PTv3 rotary encodings on against the ask (``None``, ``0`` off by accident);
+    each is now one ``TypeError`` naming it, as ``PointTransformerSeg``'s, and ``True`` / ``False`` still run."""
+    from pointgeope.model.ops.knn_rows import knn_of_rows
+    from pointgeope.model.qk_encodings import QK_ENCODINGS, qk_encoding
+
+    pts, off = torch.rand(8, 3), torch.tensor([8])
+    calls = [lambda f: knn(pts, pts, 2, off, off, "torch", check_finite=f),
+             lambda f: knn_of_rows(torch.arange(0, 8, 2), pts, 2, torch.tensor([4]), off, "numba", check_finite=f),
+             lambda f: fps(pts, off, 2, "torch", check_finite=f)]
+    calls += [lambda f, n=name: qk_encoding(n, 48, check_finite=f) for name in QK_ENCODINGS]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"^expected check_finite True or False, got .* \((str|list|NoneType|int|"
+                                            r"Tensor)\)$"):
+            call(flag)
+        call(True), call(False)

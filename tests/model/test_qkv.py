@@ -269,6 +269,20 @@ def test_what_one_path_refuses_the_other_refuses_too(grad):
         p.requires_grad_(grad)
     with pytest.raises(ValueError, match=r"^expected x of shape \(N, C_in\), got \(2, 5, 4\)$"):
         qkv_product(torch.randn(2, 5, 4), linears)
-    with pytest.raises(TypeError, match=r"^expected the weights in x's dtype torch.float64 \(as nn.Linear\), got "
-                                        r"torch.float32$"):
+    with pytest.raises(TypeError, match=r"^expected the weights and biases in x's dtype torch.float64 \(as "
+                                        r"nn.Linear\), got linears\[0\].weight in torch.float32$"):
         qkv_product(torch.randn(5, 4, dtype=torch.float64), linears)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("which", ["weight", "bias"])
+def test_the_one_parameter_of_another_dtype_is_named_on_both_paths(grad, which):
+    """One parameter in float64 among float32 ones, the input float32: nn.Linear (``F.linear``) refuses it. Before,
+    the message named ``linears[0]``'s weight dtype ("expected ... float32, got torch.float32"), and a float64 bias
+    was refused without gradients and cast down with them; now both paths name it."""
+    linears = _linears(c_in=4, c=3, dtype=torch.float32)
+    with torch.no_grad():
+        setattr(linears[2], which, torch.nn.Parameter(getattr(linears[2], which).double(), requires_grad=grad))
+    with pytest.raises(TypeError, match=rf"^expected the weights and biases in x's dtype torch.float32 \(as "
+                                        rf"nn.Linear\), got linears\[2\].{which} in torch.float64$"):
+        qkv_product(torch.randn(5, 4, requires_grad=grad), linears)

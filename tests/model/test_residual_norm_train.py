@@ -167,3 +167,36 @@ def test_a_backward_kernel_that_fails_falls_back_to_torchs_gradients(launched, k
     for label, got, w in zip(("out", "x", "identity", "weight", "bias"),
                              (y, x.grad, identity.grad, ours.weight.grad, ours.bias.grad), want, strict=True):
         torch.testing.assert_close(got.detach(), w, rtol=1e-12, atol=1e-12 * float(w.abs().max()), msg=label)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("nan_in", ["x", "identity"])
+@pytest.mark.parametrize("train", [True, False])
+def test_a_nan_stays_nan_through_the_tail_as_torchs(launched, dtype, nan_in, train):
+    """torch's ``relu(bn(x) + identity)`` keeps a NaN of ``x`` or of the identity NaN (``relu(NaN)`` is NaN; in
+    training a NaN of ``x`` spoils its channel's statistics, so the whole channel and its running buffers), and its
+    backward passes the gradient at a NaN output (``threshold_backward`` zeroes it where ``out <= 0``, false for
+    NaN). The kernels (forward and backward, no fallback) give the same NaNs, values and gradients as torch's modules
+    in float64."""
+    ours, ref = _pair(3, dtype)
+    ours.train(train), ref.train(train)
+    x = torch.tensor([[1.0, 1.0, 2.0], [1.0, 2.0, 3.0], [0.5, -1.0, -2.0], [-0.7, 0.3, 0.9]], dtype=torch.float64)
+    identity = torch.tensor([[0.3, -3.0, 0.2], [-0.1, 0.4, 0.5], [2.0, 0.1, 0.1], [0.6, -0.2, 1.5]],
+                            dtype=torch.float64)
+    (x if nan_in == "x" else identity)[1, 0] = float("nan")
+    up = torch.arange(1.0, 13.0, dtype=torch.float64).reshape(4, 3)
+    xs, ids = (t.to(dtype).requires_grad_() for t in (x.clone(), identity.clone()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", kernels.KernelFallbackWarning)
+        y = ours(xs, ids)
+        y.backward(up.to(dtype))
+    assert launched[-3:] == ["normalize", "grad_sums", "grad_input"]
+    x64, id64 = (t.detach().clone().requires_grad_() for t in (x, identity))
+    want = torch.relu(ref(x64) + id64)
+    want.backward(up)
+    assert y.isnan().any()
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    for got, ref_t in ((y, want), (xs.grad, x64.grad), (ids.grad, id64.grad), (ours.weight.grad, ref.weight.grad),
+                       (ours.bias.grad, ref.bias.grad), (ours.running_mean, ref.running_mean),
+                       (ours.running_var, ref.running_var)):
+        torch.testing.assert_close(got.detach().double(), ref_t.detach(), rtol=tol, atol=tol * 10, equal_nan=True)

@@ -22,7 +22,8 @@ from torch import Tensor
 
 from pointgeope.geope_checks import COORD_LIMIT, check_coordinates, check_finite  # their owner; in __all__
 
-__all__ = ["check_count", "check_finite", "check_coordinates", "check_model_dtype", "check_values", "COORD_LIMIT"]
+__all__ = ["check_count", "check_flag", "check_finite", "check_coordinates", "check_model_dtype", "check_values",
+           "COORD_LIMIT"]
 
 
 def check_count(name: str, value, minimum: int = 1) -> int:
@@ -37,6 +38,15 @@ def check_count(name: str, value, minimum: int = 1) -> int:
     if number < minimum:
         raise ValueError(f"expected {name} >= {minimum}, got {number}")
     return number
+
+
+def check_flag(name: str, value) -> bool:
+    """``value``, a switch such as ``check_finite``, if it is ``True`` or ``False``: anything else is refused, as
+    ``"no"``, ``"false"`` or ``[False]`` are truthy and would turn on what they ask off (and ``0``, ``None`` read as
+    off only by accident)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"expected {name} True or False, got {value!r} ({type(value).__name__})")
+    return value
 
 
 def check_model_dtype(name: str, value: Tensor, dtype: torch.dtype, narrower: bool = False) -> None:

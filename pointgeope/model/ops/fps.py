@@ -76,7 +76,7 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None,
         raise ValueError(f"expected points of shape (N, 3), got {tuple(points.shape)}")
     stride = checks.check_count("stride", stride)
     checks.check_values("fps", points=points, offset=offset)
-    if check_finite:
+    if checks.check_flag("check_finite", check_finite):
         checks.check_coordinates("points", points)
     off = check_offset(offset, points.shape[0])
     sizes = counts(off)

@@ -68,6 +68,9 @@ def check_hierarchy(hierarchy, coord: Tensor, strides: tuple[int, ...], values: 
     sizes = [coord.shape[0]] + [n.shape[0] for n in hierarchy.neighbours]      # stage -1 is coord itself
     tensors = []                                                               # (name, tensor, rows it indexes)
     for s in range(hierarchy.stages):
+        if (nb := hierarchy.neighbours[s]).dim() != 2:     # its shape gives n, k: named, not "too many values to..."
+            raise ValueError(f"expected hierarchy.neighbours[{s}] an integer tensor of shape (N_{s}, k), got "
+                             f"{nb.dtype} {tuple(nb.shape)}; {_AGAIN}")
         n, k = hierarchy.neighbours[s].shape
         _shape(f"offsets[{s}]", hierarchy.offsets[s], hierarchy.offsets[0].shape)
         for name, shape, rows in (("samples", (n,), sizes[s]), ("down", (n, k), sizes[s])):

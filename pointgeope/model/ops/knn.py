@@ -92,7 +92,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         raise ValueError(f"expected query and support on one device, got {query.device} and {support.device}")
     checks.check_values("knn", query=query, support=support, query_offset=query_offset,
                         support_offset=support_offset)
-    if check_finite:
+    if checks.check_flag("check_finite", check_finite):
         checks.check_coordinates("query", query)
         if support is not query:
             checks.check_coordinates("support", support)

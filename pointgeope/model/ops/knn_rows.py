@@ -31,7 +31,7 @@ def knn_of_rows(rows: Tensor, support: Tensor, k: int, rows_offset, support_offs
         return knn(support[rows], support, k, rows_offset, support_offset, backend, check_finite=check_finite)
     from pointgeope.model.ops import kd_knn
 
-    if check_finite:
+    if checks.check_flag("check_finite", check_finite):
         checks.check_coordinates("support", support)
     q_off = check_offset(rows_offset, rows.shape[0], "rows_offset")
     s_off = check_offset(support_offset, support.shape[0], "support_offset")
