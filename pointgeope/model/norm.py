@@ -264,6 +264,7 @@ class BatchNorm(nn.BatchNorm1d):
     Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
 
     relu = False                # BatchNormReLU: True; the kernel is _kernel(relu)
+    sync: type | None = None    # what convert_sync_batchnorm makes of it (None: torch's plain SyncBatchNorm)
 
     def forward(self, x: Tensor) -> Tensor:
         return self._forward(x, _kernel(self.relu), (), torch.relu_ if self.relu else lambda y: y)
@@ -308,13 +309,6 @@ class BatchNorm(nn.BatchNorm1d):
         return self.training and self.track_running_stats and self.num_batches_tracked is not None
 
 
-class BatchNormReLU(BatchNorm):
-    """``relu(BatchNorm1d(x))`` in one op where the kernel runs (module docstring); ``BatchNorm1d``'s
-    arguments, parameters and buffers. Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
-
-    relu = True
-
-
 class SyncBatchNormReLU(nn.SyncBatchNorm):
     """``relu(SyncBatchNorm(x))``, torch's path: what :func:`convert_sync_batchnorm` makes of a
     :class:`BatchNormReLU` (the same parameters and buffers)."""
@@ -323,13 +317,24 @@ class SyncBatchNormReLU(nn.SyncBatchNorm):
         return torch.relu_(super().forward(x))
 
 
+class BatchNormReLU(BatchNorm):
+    """``relu(BatchNorm1d(x))`` in one op where the kernel runs (module docstring); ``BatchNorm1d``'s
+    arguments, parameters and buffers. Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
+
+    relu = True
+    sync = SyncBatchNormReLU
+
+
 def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
-    """torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` that keeps the ReLU of a :class:`BatchNormReLU`
-    (a :class:`SyncBatchNormReLU` sharing its parameters and buffers); other batch norms as torch converts them."""
+    """torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` that keeps what a :class:`BatchNorm` does after its
+    norm: one whose ``sync`` names a ``SyncBatchNorm`` of its own becomes that, sharing its parameters and buffers
+    (:class:`BatchNormReLU` a :class:`SyncBatchNormReLU`, a block's ``residual_norm.BatchNormAddReLU``, whose forward
+    takes the identity, a ``SyncBatchNormAddReLU``); other batch norms as torch converts them."""
     out = module
-    if isinstance(module, BatchNormReLU):
-        out = SyncBatchNormReLU(module.num_features, module.eps, module.momentum, module.affine,
-                                module.track_running_stats, process_group)
+    sync = module.sync if isinstance(module, BatchNorm) else None
+    if sync is not None:
+        out = sync(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
+                   process_group)
         if module.affine:
             out.weight, out.bias = module.weight, module.bias
         out.running_mean, out.running_var = module.running_mean, module.running_var

@@ -30,14 +30,15 @@ cases, the GPU check's ``norm_op`` step, will). Without it, training is ``BatchN
 where that runs: ``norm.PLAIN_KERNEL``, a CUDA default in padded batches), then the add and the ReLU, as before;
 so is every call the kernels do not take (the CPU, ``POINTGEOPE_KERNELS=torch``, no affine parameters, an
 identity of another shape, dtype or device, a kernel that failed): exactly ``relu_(BatchNorm.forward(x) +
-identity)``. Same parameters and buffers as ``BatchNorm1d``, so state dicts are unchanged.
+identity)``. Same parameters and buffers as ``BatchNorm1d``, so state dicts are unchanged; for synchronised
+statistics ``norm.convert_sync_batchnorm`` makes it a :class:`SyncBatchNormAddReLU` (torch's path, the identity kept).
 """
 from __future__ import annotations
 
 from functools import partial
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from pointgeope.model import kernels
 from pointgeope.model.attention_reference import torch_grads
@@ -45,7 +46,7 @@ from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 from pointgeope.model.norm import BatchNorm, _backward, _launch, _statistics, plain_reference, tiles, triton_kernels
 from pointgeope.model.norm_check import residual_cases
 
-__all__ = ["BatchNormAddReLU", "reference", "EVAL_KERNEL", "KERNEL"]
+__all__ = ["BatchNormAddReLU", "SyncBatchNormAddReLU", "reference", "EVAL_KERNEL", "KERNEL"]
 
 
 def reference(x: Tensor, identity: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
@@ -107,11 +108,21 @@ def _kernel(batch_stats: bool) -> kernels.Kernel:
     return KERNEL if batch_stats else EVAL_KERNEL
 
 
+class SyncBatchNormAddReLU(nn.SyncBatchNorm):
+    """``relu(SyncBatchNorm(x) + identity)``, torch's path: what :func:`~pointgeope.model.norm.convert_sync_batchnorm`
+    makes of a :class:`BatchNormAddReLU` (the same parameters and buffers; its forward takes the identity too)."""
+
+    def forward(self, x: Tensor, identity: Tensor) -> Tensor:
+        return torch.relu_(super().forward(x) + identity)
+
+
 class BatchNormAddReLU(BatchNorm):
     """``relu(BatchNorm1d(x) + identity)``: ``forward(x, identity)`` on :data:`EVAL_KERNEL` in eval and
     :data:`KERNEL` in training where they run and take the call (module docstring), else ``BatchNorm``'s forward
     (its own kernel where that runs), the add and the ReLU. Shapes: ``x (R, C)``, ``identity`` broadcastable to it
     (``(R, C)``, ``x``'s dtype and device for the kernels) -> ``(R, C)``."""
+
+    sync = SyncBatchNormAddReLU
 
     def forward(self, x: Tensor, identity: Tensor) -> Tensor:
         kernel = _kernel(self.training or self.running_mean is None)

@@ -60,3 +60,30 @@ def test_convert_sync_batchnorm_keeps_the_relu():
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         assert (got == 0).any()                               # the ReLU kept
         torch.testing.assert_close(synced[2:](got), reference[2:](want), rtol=0, atol=0)
+
+
+def test_convert_sync_batchnorm_keeps_the_blocks_residual_and_relu():
+    """A PTv1 block converted: its third norm (``BatchNormAddReLU``, whose forward takes the identity) becomes a
+    ``SyncBatchNormAddReLU`` sharing its parameters and buffers, not a plain ``SyncBatchNorm`` (which takes one
+    argument: the block's forward would fail); the same state dict, and the same outputs and running buffers as the
+    unconverted block (without a process group, on the CPU), training then eval."""
+    from pointgeope.model.network import PointTransformerBlock
+    from pointgeope.model.residual_norm import SyncBatchNormAddReLU
+
+    torch.manual_seed(0)
+    block = PointTransformerBlock(16, 8, 4)
+    reference, third = copy.deepcopy(block), block.bn3
+    synced = convert_sync_batchnorm(block)
+    assert type(synced.bn3) is SyncBatchNormAddReLU and synced.bn3.weight is third.weight
+    assert synced.bn3.running_var is third.running_var and synced.bn3.num_batches_tracked is third.num_batches_tracked
+    assert type(synced.bn1) is norm.SyncBatchNormReLU
+    assert list(synced.state_dict()) == list(reference.state_dict())
+    coord, feat = torch.rand(40, 3), torch.randn(40, 16)
+    idx = torch.cdist(coord, coord).topk(4, largest=False).indices
+    for train in (True, False):
+        synced.train(train), reference.train(train)
+        got, want = synced(coord, feat, idx), reference(coord, feat, idx)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert (got == 0).any() and (got > 0).any()               # the ReLU kept, after the add
+    for name, t in reference.state_dict().items():
+        assert torch.equal(synced.state_dict()[name], t), name

@@ -189,3 +189,66 @@ def test_info_check_has_the_eval_tails_rows(launched):
         assert len(got) == 5            # the output and the gradients of x, identity, weight, bias
         diff, _ = case.compare(got, case.reference())
         assert diff <= case.tolerance
+
+
+def _compiled_eval_tail(device: torch.device, rows: int, channels: int):
+    """The module on ``device`` in eval, by default as the test's forward runs it: float32 under ``inference_mode``,
+    bf16 under autocast (``x`` a bf16 ``Linear``'s output, the identity bf16, then float32: autocast's mixed case),
+    float32 with gradients; returns what ran the kernel (the rows' dtypes) and every value to compare."""
+    module = _module(channels, torch.float32).to(device)
+    calls, fused = [], residual_norm.EVAL_KERNEL.triton
+    g = torch.Generator(device=device).manual_seed(3)
+    x = torch.randn(rows, channels, generator=g, device=device) * 2 + 0.3
+    identity = torch.randn(rows, channels, generator=g, device=device)
+    shifted = _definition(module, x, torch.zeros_like(identity)) + identity.double()
+    identity = torch.where(shifted.abs() < 0.05, identity + torch.where(shifted >= 0, 0.1, -0.1).float(),
+                           identity)                 # off the ReLU's kink, where a rounding alone decides the mask
+    linear = torch.nn.Linear(channels, channels, bias=False).to(device)
+    up = torch.randn(rows, channels, generator=g, device=device)
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
+        warnings.simplefilter("error", kernels.KernelFallbackWarning)
+        patch.setattr(residual_norm.EVAL_KERNEL, "triton", lambda *a: calls.append(a[0].dtype) or fused(*a))
+        with torch.inference_mode():
+            y32 = module(x, identity)
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16):
+            h = linear(x)
+            y16, mixed = module(h, identity.to(torch.bfloat16)), module(h, identity)
+        xg, ig = x.clone().requires_grad_(), identity.clone().requires_grad_()
+        yg = module(xg, ig)
+        yg.backward(up)
+    return calls, module, x, identity, h, up, y32, y16, mixed, yg, xg.grad, ig.grad
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("rows, channels", [(320_000, 64), (100_003, 3), (50_000, 96)])
+def test_the_compiled_eval_tail_on_cuda_is_the_definition(monkeypatch, kernel_failures_forgotten, rows, channels):
+    """The kernel compiled for the GPU, a CUDA default (``POINTGEOPE_KERNELS`` unset), as the test's forward runs it
+    (:func:`_compiled_eval_tail`): outputs and gradients against the float64 definition, the kernel ran for float32
+    and bf16 rows and for the gradients and did not fall back; a float32 identity beside bf16 rows takes torch's
+    path, whose add promotes (a float32 output), as before the kernel."""
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    calls, module, x, identity, h, up, y32, y16, mixed, yg, dx, di = _compiled_eval_tail(torch.device("cuda"), rows,
+                                                                                          channels)
+    assert calls == [torch.float32, torch.bfloat16, torch.float32]
+    assert y16.dtype == torch.bfloat16 and mixed.dtype == torch.float32
+    want = _definition(module, x, identity)
+    size = float((want - identity.double()).abs().max() + identity.abs().max())
+    for got in (y32, yg):
+        torch.testing.assert_close(got.detach().double(), want, rtol=TOL[torch.float32], atol=1e-6 * size)
+    h16, i16 = h.float(), identity.to(torch.bfloat16).float()
+    want16 = _definition(module, h16, i16)
+    size = float((want16 - i16.double()).abs().max() + i16.abs().max())
+    torch.testing.assert_close(y16.double(), want16, rtol=2 ** -8, atol=1e-6 * size)   # one rounding to nearest
+    norm = float(F.batch_norm(h16.double(), module.running_mean.double(), module.running_var.double(),
+                              module.weight.detach().double(), module.bias.detach().double(), False, 0.0,
+                              module.eps).abs().max())
+    torch.testing.assert_close(mixed.double(), _definition(module, h16, identity), rtol=1e-6,
+                               atol=2 ** -7 * norm)           # torch's bf16 norm (an ulp), then a float32 add
+    x64, id64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, identity, module.weight, module.bias))
+    ref = torch.relu(F.batch_norm(x64, module.running_mean.double(), module.running_var.double(), w64, b64, False,
+                                  0.0, module.eps) + id64)
+    ref.backward(up.double())
+    for got, want_g in ((dx, x64.grad), (di, id64.grad), (module.weight.grad, w64.grad), (module.bias.grad, b64.grad)):
+        torch.testing.assert_close(got.double(), want_g, rtol=1e-4, atol=1e-5 * float(want_g.abs().max()))
+    assert residual_norm.EVAL_KERNEL.name not in kernels.failures()
