@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from pointgeope.model.ops import HierarchySpec, backends
 from pointgeope.model.ops.checks import COORD_LIMIT
+from pointgeope.model.ops.knn_rows import knn_of_rows
 from tests.model.knn_reference import assert_exact_knn
 
 pytestmark = pytest.mark.skipif(not backends.available("numba"), reason="numba is not installed")
@@ -93,3 +94,13 @@ def test_a_spawned_loader_worker_builds_the_main_process_hierarchy():
         for field in ("offsets", "samples", "neighbours", "down", "up", "up_dist2"):
             for a, b in zip(getattr(got, field), getattr(want, field), strict=True):
                 assert (a is None and b is None) or torch.equal(a, b), field
+
+
+@pytest.mark.parametrize("rows, row", [([0, 1, 2], 2), ([0, 7, 6], 7)])
+def test_a_row_outside_its_cloud_is_refused_not_answered_for_another_point(rows, row):
+    """``knn_of_rows`` with the numba tree: row 2 given to the second cloud (rows 5 .. 9) would index that cloud
+    from its end (point 7's neighbours, silently), row 7 given to the first (rows 0 .. 4) past it."""
+    support, off = torch.arange(30.0).reshape(10, 3), torch.tensor([5, 10])
+    expected = rf"rows of cloud \d \(rows_offset\) in its support rows \d \.\. \d, got row {row}$"
+    with pytest.raises(ValueError, match=expected):
+        knn_of_rows(torch.tensor(rows), support, 2, torch.tensor([2, 3]), off, backend="numba")
