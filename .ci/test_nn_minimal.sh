@@ -67,10 +67,12 @@ import sysconfig
 import torch
 
 import pointgeope
+from pointgeope.model.ops import backends
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph, target_frame
 
 assert pointgeope.__file__.startswith(sysconfig.get_paths()["purelib"]), pointgeope.__file__
 assert target_frame.frame_backend(torch.zeros(1, 3)) == "numba"        # the nn extra's one-pass CPU kernel
+assert backends.knn_backend(torch.device("cpu")) == "numba"            # knn_graph's kd-tree on the CPU
 torch.manual_seed(0)
 pos, x = torch.rand(64, 3), torch.randn(64, 16, requires_grad=True)
 conv = GeoPEPointTransformerConv(16, 32, pe="geope")

@@ -24,8 +24,8 @@ def knn_of_rows(rows: Tensor, support: Tensor, k: int, rows_offset, support_offs
     """``knn(support[rows], support, k, rows_offset, support_offset, backend)`` for queries that are support points:
     ``rows (M,)`` int64 global rows of ``support``, each in its own cloud (a transition down's FPS samples). The
     ``numba`` backend answers them from their own leaves of the support's tree (``kd_knn.search_own``), a row taken
-    twice once; the answer of a query depends on its point alone, so the result is ``knn``'s, bit for bit. The
-    other backends search ``support[rows]``."""
+    twice once; the answer of a query depends on its point alone, so the result is ``knn``'s, bit for bit; a row
+    outside its cloud is refused (``ValueError``). The other backends search ``support[rows]``."""
     chosen = resolve(backend, KNN_BACKENDS, support.device, "knn", k)
     if chosen != "numba":
         return knn(support[rows], support, k, rows_offset, support_offset, backend, check_finite=check_finite)
@@ -37,8 +37,12 @@ def knn_of_rows(rows: Tensor, support: Tensor, k: int, rows_offset, support_offs
     s_off = check_offset(support_offset, support.shape[0], "support_offset")
     support, all_rows = support.detach(), rows.cpu().numpy()
     idx_parts, dist_parts, q_start, s_start = [], [], 0, 0
-    for q_end, s_end in zip(q_off, s_off, strict=True):
+    for b, (q_end, s_end) in enumerate(zip(q_off, s_off, strict=True)):
         cloud, local = support[s_start:s_end], all_rows[q_start:q_end] - s_start
+        outside = (local < 0) | (local >= s_end - s_start)
+        if outside.any():           # a negative one would index the cloud from its end: another point's answer
+            raise ValueError(f"expected the rows of cloud {b} (rows_offset) in its support rows {s_start} .. "
+                             f"{s_end - 1}, got row {local[outside][0] + s_start}")
         tree = _once("kd", cloud, lambda c=cloud: kd_knn.build_tree(_numpy(c), kd_knn.LEAF))
         k_eff = min(k, s_end - s_start)
         want = np.full(s_end - s_start, -1, np.int64)
