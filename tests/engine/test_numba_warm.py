@@ -92,3 +92,17 @@ def test_the_warm_up_clouds_are_big_enough_for_every_stage():
     for stride in spec.strides:
         coarsest = -(-coarsest // stride)
     assert coarsest >= max(*spec.neighbours, 3)
+
+
+@pytest.mark.skipif(not available("numba"), reason="numba is not installed")
+def test_the_warm_up_draws_from_no_global_generator():
+    """The warm-up runs between the seeded weights and the first batch: it takes nothing from torch's or numpy's
+    global generators, so a run trains the same weights with it as without it."""
+    import numpy as np
+
+    spec = HierarchySpec((1, 4), (8, 8))
+    torch.manual_seed(5)
+    np.random.seed(5)
+    before = torch.get_rng_state(), np.random.get_state()[1].copy()
+    assert warm_host_hierarchy(spec) is not None
+    assert torch.equal(torch.get_rng_state(), before[0]) and np.array_equal(np.random.get_state()[1], before[1])
