@@ -3,10 +3,13 @@ own mode. Pointcept's pooling draws ``torch.randperm(K)`` in eval too (``shuffle
 ``shuffle_in_eval=False`` draws in training only."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
-from pointgeope.model.ptv3.pooling import CoarsePoolingError, SerializedPooling, segment_reduce
+from pointgeope.model.ptv3.pooling import CoarsePoolingError, SerializedPooling, segment_reduce, stride_problem
 from pointgeope.model.ptv3.structure import PointBatch
 from tests.model.ptv3.test_patches import make_point
 
@@ -190,3 +193,41 @@ def test_stride_one_keeps_the_grid_and_merges_only_shared_voxels():
         torch.testing.assert_close(pooled.feat[got[voxel]], projected[members].amax(0), atol=1e-15, rtol=0)
         torch.testing.assert_close(pooled.coord[got[voxel]], coord[members].mean(0), atol=1e-15, rtol=0)
     assert [got[(b, *g)] for b, g in zip(batch, grid.tolist(), strict=True)] == pooled.pooling_inverse.tolist()
+
+
+def _pointcept_accepts(stride) -> bool:
+    """Pointcept's assertion in ``SerializedPooling.__init__``, as written there (its own failure counts as no)."""
+    try:
+        return stride == 2 ** (math.ceil(stride) - 1).bit_length()
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+@pytest.mark.parametrize("stride", [1, 2, 4, 8, np.int64(4), np.int32(2), np.uint8(8), 2.0, 4.0, np.float32(8.0),
+                                    3, 6, 0, -2, 2.5, 0.5, np.int64(3), np.float64(2.5), float("inf"), float("nan")])
+def test_stride_accepted_exactly_where_pointcept_accepts_it(stride):
+    """Whole numbers in any type (numpy integers, ``2.0``) that are powers of two pass, as Pointcept's assertion
+    lets them (``np.int64(4)`` and ``2.0`` were refused here); the others are refused in one line naming the value.
+    The pooling then works on the ``int``: the same pooled points as for ``int(stride)``."""
+    problem = stride_problem(stride)
+    assert (problem is None) == _pointcept_accepts(stride)
+    if problem is not None:
+        assert problem == f"expected a power of two (1, 2, 4, 8, ...), got {stride!r}"
+        with pytest.raises(ValueError, match=r"^stride: expected a power of two"):
+            SerializedPooling(4, 3, stride=stride)
+        return
+    point = make_point((40, 23), 4, 3)
+    torch.manual_seed(0)
+    given = SerializedPooling(4, 3, stride=stride, shuffle_orders=False).eval()
+    torch.manual_seed(0)
+    plain = SerializedPooling(4, 3, stride=int(stride), shuffle_orders=False).eval()
+    assert given.stride == int(stride) and type(given.stride) is int
+    with torch.no_grad():
+        a, b = given(point), plain(point)
+    torch.testing.assert_close(a.feat, b.feat, atol=0, rtol=0)
+    assert torch.equal(a.grid_coord, b.grid_coord) and torch.equal(a.pooling_inverse, b.pooling_inverse)
+
+
+def test_a_bool_stride_is_refused():
+    """``True`` is an ``int`` to Python (and 1 to Pointcept's assertion) but no stride a caller means: refused."""
+    assert stride_problem(True) == "expected a power of two (1, 2, 4, 8, ...), got True"

@@ -1,0 +1,108 @@
+"""Tests of pointgeope/engine/numba_warm.py: the training loader of a host-built hierarchy compiles the numba FPS and
+kNN once, in the main process, before its workers start (with an empty cache each worker compiled them itself)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pointgeope.engine.config import load_config
+from pointgeope.engine.numba_warm import uses_numba, warm_host_hierarchy
+from pointgeope.model.ops.backends import OpsBackends, available
+from pointgeope.model.ops.hierarchy import HierarchySpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+# In a fresh interpreter with an empty NUMBA_CACHE_DIR: the training loader of a two-worker, host-hierarchy config
+# is made (not iterated: no worker has started), then each entry point's compiled signatures are counted.
+_SCRIPT = """
+import json, sys, torch
+from pointgeope.engine import build
+from pointgeope.engine.config import load_config
+from pointgeope.engine.distributed import DistEnv
+from pointgeope.engine.placement import HierarchyPlace
+from pointgeope import morton_order, radix
+from pointgeope.model.ops import bucket_fps, kd_knn
+cfg = load_config(None, json.loads(sys.argv[1]))
+net = build.model(cfg)
+env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+dataset = list(range(8))
+loader = build.train_loader(cfg, dataset, build.ResumableSampler(dataset, env, seed=0), env, net,
+                            HierarchyPlace("loader", "data.hierarchy=loader", env.device))
+assert loader.num_workers == 2
+print(json.dumps({f.__name__: len(f.signatures) for f in (bucket_fps._bucket_fps_packed, kd_knn.build_tree,
+                                                          kd_knn.search_own, kd_knn.search,
+                                                          morton_order.morton_order, radix.radix_sort)}))
+"""
+
+SMALL = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", "model.neighbours=[8, 8]",
+         "model.decoder_blocks=[1, 1]", "data.num_workers=2", "data.hierarchy=loader"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not available("numba"), reason="numba is not installed")
+def test_the_loader_compiles_the_host_hierarchy_before_its_workers_start(tmp_path):
+    """Every numba entry point of the host hierarchy (the FPS, the kd-tree's build, its search from a cloud's own
+    points and from other queries, the Morton order of the queries and its radix sort) has a compiled signature
+    in the main process once the loader is made, from an empty cache: forked workers inherit them, spawned ones
+    load them from the cache. Before, none had one (each worker compiled all of them at its first batch)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "PYTHONPATH": str(REPO),
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(SMALL)], env=env, cwd=tmp_path,
+                          check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counts == {"_bucket_fps_packed": 1, "build_tree": 1, "search_own": 1, "search": 1, "morton_order": 1,
+                      "radix_sort": 1}
+    assert any((tmp_path / "numba").rglob("*.nbi"))          # and written to the cache, for spawned workers
+
+
+def test_no_warm_up_without_a_numba_backend():
+    """A spec whose host ops are not numba's (or no spec: PTv3) compiles nothing and builds nothing."""
+    assert warm_host_hierarchy(None) is None
+    spec = HierarchySpec((1, 4), (8, 8), OpsBackends(knn="torch", fps="torch"))
+    assert not uses_numba(spec) and warm_host_hierarchy(spec) is None
+
+
+@pytest.mark.skipif(not available("numba"), reason="numba is not installed")
+def test_the_warm_up_clouds_are_big_enough_for_every_stage():
+    """The tiny clouds keep at least ``max(k, 3)`` points at the coarsest stage of the default network, so the
+    warm-up runs the same searches as a real batch (a ``k`` larger than a cloud would take other branches)."""
+    from pointgeope.engine import build
+
+    spec = build.model(load_config(None)).hierarchy_spec
+    assert uses_numba(spec)
+    calls = []
+
+    class Spy(HierarchySpec):
+        def __call__(self, coord, offset):
+            calls.append((coord.dtype, coord.shape, list(offset)))
+            return super().__call__(coord, offset)
+
+    assert warm_host_hierarchy(Spy(spec.strides, spec.neighbours, spec.backends)) >= 0
+    (dtype, shape, offset), = calls
+    per_cloud = offset[0]
+    assert dtype == torch.float32 and shape == (2 * per_cloud, 3) and offset == [per_cloud, 2 * per_cloud]
+    coarsest = per_cloud
+    for stride in spec.strides:
+        coarsest = -(-coarsest // stride)
+    assert coarsest >= max(*spec.neighbours, 3)
+
+
+@pytest.mark.skipif(not available("numba"), reason="numba is not installed")
+def test_the_warm_up_draws_from_no_global_generator():
+    """The warm-up runs between the seeded weights and the first batch: it takes nothing from torch's or numpy's
+    global generators, so a run trains the same weights with it as without it."""
+    import numpy as np
+
+    spec = HierarchySpec((1, 4), (8, 8))
+    torch.manual_seed(5)
+    np.random.seed(5)
+    before = torch.get_rng_state(), np.random.get_state()[1].copy()
+    assert warm_host_hierarchy(spec) is not None
+    assert torch.equal(torch.get_rng_state(), before[0]) and np.array_equal(np.random.get_state()[1], before[1])
