@@ -157,6 +157,29 @@ def _kernel(relu: bool) -> kernels.Kernel:
     return KERNEL if relu else PLAIN_KERNEL
 
 
+def normalized(x: Tensor, identity: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
+               running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float, valid: Tensor | None,
+               count: Tensor | None, relu: bool, residual: bool) -> tuple[Tensor, Tensor]:
+    """The forward's launches, shared by this file's op and the blocks' tail (``residual_norm``): in training the
+    statistics launch, then ``normalize`` (``y = x scale + shift [+ identity] [relu]``, the running buffers and the
+    batch count updated there); in eval ``normalize`` alone, making scale and shift from the running buffers (and
+    storing them). ``x``, ``identity`` contiguous ``(R, C)``; returns ``y`` (``R, C``) and the ``(5, C)``
+    statistics a backward reads."""
+    (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
+    acc = torch.float64 if f64 else torch.float32
+    stats = _statistics(x, weight, bias, eps, acc, valid) if batch_stats else torch.empty(5, c, dtype=acc,
+                                                                                           device=x.device)
+    update = batch_stats and running_mean is not None
+    block_r, block_c, _ = tiles(c, f64)
+    y = torch.empty_like(x)
+    _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y, identity,
+            running_mean if update or not batch_stats else stats,
+            running_var if update or not batch_stats else stats, stats if count is None else count, weight, bias,
+            r, c, momentum, eps, RUNNING=not batch_stats, UPDATE=update, COUNT=count is not None, RELU=relu,
+            RESIDUAL=residual, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
+    return y, stats
+
+
 class _FusedBatchNorm(torch.autograd.Function):
     """The op on the Triton kernels: ``relu(batch_norm(x))`` with ``relu`` (:data:`KERNEL`'s), ``batch_norm(x)``
     without (:data:`PLAIN_KERNEL`'s); saves ``x``, the parameters and the ``(5, C)`` statistics (no normalised
@@ -167,19 +190,8 @@ class _FusedBatchNorm(torch.autograd.Function):
                 running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float,
                 valid: Tensor | None, relu: bool, count: Tensor | None = None) -> Tensor:
         x = x.contiguous()
-        (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
-        acc = torch.float64 if f64 else torch.float32
-        # eval: no statistics launch, normalize makes them from the running buffers (and stores them)
-        stats = _statistics(x, weight, bias, eps, acc, valid) if batch_stats else torch.empty(5, c, dtype=acc,
-                                                                                               device=x.device)
-        update = batch_stats and running_mean is not None
-        block_r, block_c, _ = tiles(c, f64)
-        y = torch.empty_like(x)
-        _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y, x,
-                running_mean if update or not batch_stats else stats,
-                running_var if update or not batch_stats else stats, stats if count is None else count, weight, bias,
-                r, c, momentum, eps, RUNNING=not batch_stats, UPDATE=update, COUNT=count is not None, RELU=relu,
-                RESIDUAL=False, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
+        y, stats = normalized(x, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid,
+                              count, relu=relu, residual=False)
         ctx.save_for_backward(x, weight, bias, stats, valid)
         ctx.batch_stats, ctx.eps, ctx.relu = batch_stats, eps, relu
         return y

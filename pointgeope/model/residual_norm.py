@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from pointgeope.model import kernels
 from pointgeope.model.attention_reference import torch_grads
 from pointgeope.model.first_order import KERNEL_WAY, first_order_only
-from pointgeope.model.norm import BatchNorm, _backward, _launch, _statistics, plain_reference, tiles, triton_kernels
+from pointgeope.model.norm import BatchNorm, _backward, normalized, plain_reference
 from pointgeope.model.norm_check import residual_cases
 
 __all__ = ["BatchNormAddReLU", "SyncBatchNormAddReLU", "reference", "EVAL_KERNEL", "KERNEL"]
@@ -70,18 +70,8 @@ class _FusedResidual(torch.autograd.Function):
                 running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float, valid: Tensor | None,
                 count: Tensor | None) -> Tensor:
         x, identity = x.contiguous(), identity.contiguous()
-        (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
-        acc = torch.float64 if f64 else torch.float32
-        stats = _statistics(x, weight, bias, eps, acc, valid) if batch_stats else torch.empty(5, c, dtype=acc,
-                                                                                               device=x.device)
-        update = batch_stats and running_mean is not None
-        block_r, block_c, _ = tiles(c, f64)
-        out = torch.empty_like(x)
-        _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, out, identity,
-                running_mean if update or not batch_stats else stats,
-                running_var if update or not batch_stats else stats, stats if count is None else count, weight, bias,
-                r, c, momentum, eps, RUNNING=not batch_stats, UPDATE=update, COUNT=count is not None, RELU=True,
-                RESIDUAL=True, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
+        out, stats = normalized(x, identity, weight, bias, running_mean, running_var, batch_stats, momentum, eps,
+                                valid, count, relu=True, residual=True)
         ctx.save_for_backward(x, weight, bias, stats, valid, out)
         ctx.batch_stats, ctx.eps = batch_stats, eps
         return out
