@@ -13,19 +13,13 @@ import torch
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
 from pointgeope.model import kernels, padding, residual_norm
 from pointgeope.model.residual_norm import BatchNormAddReLU
+from tests.model.test_residual_norm import _module
 
 
 def _pair(channels: int, dtype: torch.dtype) -> tuple[BatchNormAddReLU, torch.nn.BatchNorm1d]:
     """The module in training with random parameters (some negative scales) and buffers, and torch's ``BatchNorm1d``
     in float64 with the same state: the reference."""
-    g = torch.Generator().manual_seed(channels)
-    ours = BatchNormAddReLU(channels).train()
-    ours = ours.double() if dtype == torch.float64 else ours
-    with torch.no_grad():
-        ours.weight.copy_(torch.rand(channels, generator=g) * 2 - 0.5)
-        ours.bias.copy_(torch.randn(channels, generator=g))
-        ours.running_mean.copy_(torch.randn(channels, generator=g))
-        ours.running_var.copy_(torch.rand(channels, generator=g) + 0.1)
+    ours = _module(channels, dtype).train()
     ref = torch.nn.BatchNorm1d(channels).double().train()
     ref.load_state_dict(ours.state_dict())
     return ours, ref
