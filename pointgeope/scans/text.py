@@ -106,7 +106,7 @@ def _layout(path: Path) -> tuple[str | None, int, float | None]:
     return ("," if comma else None), (first[k][0] if k < len(first) else 0), count
 
 
-def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, str] | None:
+def bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, str] | None:
     """``(1-based line, its text, why)`` of the first data line (after ``skip`` lines, ``#`` comments and
     blank lines left out, as ``np.loadtxt`` reads them) that is not numbers, or has another count of them
     than the first: numpy names a row by its index among the data rows (0-based in one message, 1-based in
@@ -132,7 +132,7 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
     return None
 
 
-def _hint(reason: str, data: str = "") -> str:
+def line_hint(reason: str, data: str = "") -> str:
     """What to do about a line that is not numbers (``data``, its part before a comment; ``reason``, numpy's
     words), from what it holds: NUL bytes between the characters (UTF-16 without a byte-order mark whose first
     character is not ASCII: no rule tells it from UTF-8, :mod:`pointgeope.text_codec`), control characters no
@@ -170,8 +170,8 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
                 rows = np.loadtxt(f, dtype=np.float64, delimiter=delimiter, comments="#", skiprows=skip, ndmin=2)
     except ValueError as err:
         reason = loadtxt_reason(err)
-        bad = _bad_line(path, delimiter, skip)
-        hint = _hint(reason, "" if bad is None else bad[1].split("#")[0])   # its data, not its comment
+        bad = bad_line(path, delimiter, skip)
+        hint = line_hint(reason, "" if bad is None else bad[1].split("#")[0])   # its data, not its comment
         if count is not None and bad is not None and bad[2].startswith("1 value,"):
             hint += "; a second scan's point count? save each scan of the .pts file as its own file"
         if bad is None:
