@@ -20,10 +20,10 @@ The loader's check at collation (``data.loader``) stays for any other dataset, n
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from pointgeope.data.check import nonfinite_points
 from pointgeope.recorded_text import repr_bounded
 
 __all__ = ["ROW", "check_sample"]
@@ -53,9 +53,8 @@ def check_sample(dataset, index: int, x: Tensor) -> None:
     stored = dataset.store.read(room)
     names = [name for name in _STORED if name in stored]
     for name in names:           # one non-finite stored value makes others too (the shift by the room's minimum)
-        finite = np.isfinite(np.asarray(stored[name], dtype=np.float64)).reshape(len(stored[name]), -1).all(1)
-        if not finite.all():
-            point = int(np.flatnonzero(~finite)[0])
+        if (bad_points := nonfinite_points(stored[name])) is not None:
+            point = bad_points[1]
             raise ValueError(f"{head}; the room's stored {name} of point {point} is {stored[name][point].tolist()}, "
                              f"which prepare refuses: {room.path} is not the file prepare wrote; run `pointgeope "
                              f"prepare` again into {room.path.parent}")
