@@ -90,6 +90,14 @@ def manifest_checksums(root: str | Path) -> dict[str, str]:
     return checksums
 
 
+def nonfinite_points(values: np.ndarray) -> tuple[int, int] | None:
+    """``(how many, the first)`` of the points (rows) of ``values (N, ...)`` with a NaN or an infinity, else ``None``:
+    the one reading by which a room's stored arrays name their first such point (here, and the training samples'
+    check, :mod:`pointgeope.data.sample_check`)."""
+    bad = ~np.isfinite(np.asarray(values, dtype=np.float64)).reshape(len(values), -1).all(axis=1)
+    return (int(np.count_nonzero(bad)), int(np.argmax(bad))) if bad.any() else None
+
+
 def check_room(where: str, members: dict, max_extent: float, num_classes: int, unlabelled: bool = False,
                again: str = _AGAIN) -> int:
     """Check one room's ``members`` (name -> dataset: every member of its group, opened and checked to be arrays,
@@ -109,9 +117,9 @@ def check_room(where: str, members: dict, max_extent: float, num_classes: int, u
         raise SchemaError(f"{where}: holds no point; {again}")
     _check_arrays(where, members, n, {k: v for k, v in OPTIONAL_ARRAYS.items() if k in members}, again)
     coord = members["coord"][()]
-    bad = int(np.count_nonzero(~np.isfinite(coord).all(axis=1)))
-    if bad:
-        raise SchemaError(f"{where}: {counted(bad, 'point')} with a non-finite coordinate; {again}")
+    if (bad := nonfinite_points(coord)) is not None:
+        raise SchemaError(f"{where}: {counted(bad[0], 'point')} with a non-finite coordinate, the first point "
+                          f"{bad[1]}: {coord[bad[1]].tolist()}; {again}")
     if NORMAL in members:
         _check_normals(where, members[NORMAL][()], again)
     extent = coord.max(axis=0) - coord.min(axis=0)

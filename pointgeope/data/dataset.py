@@ -108,6 +108,8 @@ class S3DISTrain(Dataset):
     def __len__(self) -> int:
         return len(self.rooms) * self.loop
 
+    checks_samples = True           # __getitem__ checks each sample's x: the loader does not again (sample_check)
+
     def __getitem__(self, index: int) -> Data:
         data = self.to_data(self.sample(index)[0])
         check_sample(self, index, data.x)

@@ -17,7 +17,8 @@ Every batch's features ``x`` are checked finite where they are collated (``geope
 ``ValueError`` naming the sample of the batch and its first bad row): on the CPU, in the worker, so no step waits
 for a read from the accelerator; a NaN or an infinity in ``x`` would otherwise turn every logit of its cloud into
 NaN without a word. pointgeope's own datasets check each sample as they make it, naming the room and its point
-(:mod:`pointgeope.data.sample_check`); this check is for any other dataset, whose samples the loader cannot name.
+(:mod:`pointgeope.data.sample_check`); this check is for any other dataset, whose samples the loader cannot name,
+and is skipped for those (``sample_check.checks_its_samples``, decided once when the loader is made).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch_geometric.data import Batch
 from torch_geometric.loader.dataloader import Collater
 
+from pointgeope.data.sample_check import checks_its_samples
 from pointgeope.geope_checks import check_finite
 
 
@@ -49,9 +51,10 @@ class _CollateThen:
 
     def __init__(self, dataset: Dataset, transform: Callable[[Batch], Batch] | None):
         self.collate, self.transform = Collater(dataset), transform
+        self.check = not checks_its_samples(dataset)       # pointgeope's datasets checked each sample already
 
     def __call__(self, items: list) -> Batch:
-        for i, item in enumerate(items):
+        for i, item in enumerate(items if self.check else ()):
             if isinstance(x := getattr(item, "x", None), torch.Tensor):
                 check_finite(f"x (the input features of the batch's sample {i + 1} of {len(items)}, in its own rows)",
                              x)

@@ -98,6 +98,8 @@ class S3DISTrainPTv3(S3DISTrain):
     def in_channels(self) -> int:
         return feature_channels(feature_names(self.color, self.normal))
 
+    checks_samples = True           # __getitem__ checks each sample's x: the loader does not again (sample_check)
+
     def __getitem__(self, index: int) -> Data:
         sample, rng = self.sample(index)
         data = ptv3_data(sample, self.color, mix_draw=float(rng.random()), normal=self.normal)

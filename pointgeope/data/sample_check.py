@@ -16,20 +16,30 @@ again mends it::
     of room 'office_1' of Area_1 (s3dis/Area_1.h5; the sample's row 129: [0.87, nan, ...]); the room's stored
     coord, color are finite, so the sample's pipeline made it: check its transform (PoisonRow()) on that point
 
-The loader's check at collation (``data.loader``) stays for any other dataset, naming the sample of the batch.
+The loader's check at collation (``data.loader``) stays for any other dataset, naming the sample of the batch;
+:func:`checks_its_samples` is the one place that decides which datasets it skips: those whose class defines
+``__getitem__`` together with ``checks_samples = True`` (a subclass that overrides ``__getitem__`` is checked
+again by the loader, as its samples may no longer pass through :func:`check_sample`).
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from pointgeope.data.check import nonfinite_points
 from pointgeope.recorded_text import repr_bounded
 
-__all__ = ["ROW", "check_sample"]
+__all__ = ["ROW", "check_sample", "checks_its_samples"]
 
 ROW = "row"   # the sample array of each point's row in its room, made only to name a refused point
 _STORED = ("coord", "color", "normal")   # the room's stored arrays that features are made from
+
+
+def checks_its_samples(dataset) -> bool:
+    """Whether ``dataset`` checks every sample's ``x`` as it makes it (:func:`check_sample`), so the loader need not
+    check them again: the class whose ``__getitem__`` it runs says so with ``checks_samples = True`` beside it."""
+    owner = next((c for c in type(dataset).__mro__ if "__getitem__" in vars(c)), None)
+    return owner is not None and vars(owner).get("checks_samples", False) is True
 
 
 def check_sample(dataset, index: int, x: Tensor) -> None:
@@ -53,9 +63,8 @@ def check_sample(dataset, index: int, x: Tensor) -> None:
     stored = dataset.store.read(room)
     names = [name for name in _STORED if name in stored]
     for name in names:           # one non-finite stored value makes others too (the shift by the room's minimum)
-        finite = np.isfinite(np.asarray(stored[name], dtype=np.float64)).reshape(len(stored[name]), -1).all(1)
-        if not finite.all():
-            point = int(np.flatnonzero(~finite)[0])
+        if (bad_points := nonfinite_points(stored[name])) is not None:
+            point = bad_points[1]
             raise ValueError(f"{head}; the room's stored {name} of point {point} is {stored[name][point].tolist()}, "
                              f"which prepare refuses: {room.path} is not the file prepare wrote; run `pointgeope "
                              f"prepare` again into {room.path.parent}")

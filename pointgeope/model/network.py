@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from pointgeope.model import stage_memo
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
+from pointgeope.model.coord_check import warn_coarse
 from pointgeope.model.norm import BatchNormReLU
 from pointgeope.model.ops import (
     HierarchySpec,
@@ -213,7 +214,9 @@ class PointTransformerSeg(nn.Module):
     Dtypes: ``feat`` in the model's dtype, ``coord`` in it or narrower (float16 into float32), as ``nn.Linear``
     wants them: a float64 cloud from NumPy into a float32 model is a ``TypeError`` naming ``coord`` (cast it, or
     the model), not a cast (a PyTorch module casts nothing; far from the origin float32 loses millimetres). Under
-    autocast, what autocast casts is taken (``ops.checks.check_model_dtype``).
+    autocast, what autocast casts is taken (``ops.checks.check_model_dtype``). A ``coord`` whose dtype's step at its
+    largest ``|x|`` passes an eighth of ``grid_size`` (float32 UTM metres) is warned once per network
+    (``model.coord_check``).
     """
 
     def __init__(self, config: ModelConfig | None = None, *, grid_size: float = 0.04,
@@ -226,7 +229,7 @@ class PointTransformerSeg(nn.Module):
         blocks, decoder_blocks, stages = tuple(cfg.blocks), tuple(cfg.decoder_blocks), len(cfg.planes)
         self.config = dataclasses.replace(cfg, planes=list(planes), blocks=list(blocks), strides=list(strides),
                                           neighbours=list(neighbours), decoder_blocks=list(decoder_blocks))
-        self.in_channels, self.num_classes = cfg.in_channels, cfg.num_classes
+        self.in_channels, self.num_classes, self.grid_size = cfg.in_channels, cfg.num_classes, grid_size
         self.pe = PositionalEncoding.preset(cfg.pe)
         self.strides, self.neighbours, self.backends = strides, neighbours, backends
         self.hierarchy_spec = HierarchySpec(strides, neighbours, backends)
@@ -259,6 +262,8 @@ class PointTransformerSeg(nn.Module):
         coord, feat, offset, counts = self._inputs(coord, feat, offset, read=hierarchy is None)
         if self.check_finite:
             check_finite("feat", feat)
+        if hierarchy is None or coord.device.type == "cpu" or self.check_finite:   # no read added to a GPU step
+            warn_coarse(self, coord, self.grid_size)                 # float32 UTM metres: once, a RuntimeWarning
         if hierarchy is None:
             hierarchy = self.hierarchy_spec(coord, counts)           # host offsets: no second copy from the device
         else:

@@ -8,12 +8,12 @@ graph has no break of ours; run the model once eagerly to have them.
 """
 from __future__ import annotations
 
-import math
 import warnings
 
 import torch
 from torch import Tensor
 
+from pointgeope.coord_steps import spacing  # its owner (the step of a dtype at a magnitude)
 from pointgeope.geope import geometry_dtype  # its owner (model.rotation re-exports it)
 from pointgeope.geope_checks import (  # the owner of the rules for features, scales and coordinates
     _refuse,
@@ -59,12 +59,6 @@ def check_positions(name: str, value: Tensor, phase_scale: float | Tensor) -> No
         warnings.warn(f"GeoPE: {name} up to {top:.3g} in {_short(v.dtype)} turn by phases up to {k * top:.3g} rad, "
                       f"rounded in steps of {step:.3g} rad; {phase_advice(k, top, extent, v.dtype)}", RuntimeWarning,
                       stacklevel=3)
-
-
-def spacing(r: float, dtype: torch.dtype) -> float:
-    """The step of `dtype`'s numbers at magnitude `r`: `eps 2^floor(log2 r)` (`eps = 2^-nmant`: float32 `2^-23`,
-    bfloat16 `2^-7`), between `r eps / 2` and `r eps`; 0 at 0."""
-    return torch.finfo(dtype).eps * 2.0 ** (math.frexp(r)[1] - 1) if r > 0 else 0.0
 
 
 def phase_step(k: float, r: float, dtype: torch.dtype) -> float:

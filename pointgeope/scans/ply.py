@@ -47,6 +47,7 @@ from pointgeope.scans.ply_sizes import (
     walk,
 )
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, float64_coord, loadtxt_reason
+from pointgeope.scans.text import bad_line, line_hint
 
 TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
          "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
@@ -173,15 +174,13 @@ def _vertex_records(path: Path) -> np.ndarray:
                     rows = (np.loadtxt(f, dtype=np.float64, max_rows=count, ndmin=2) if count
                             else np.zeros((0, len(props))))
             except ValueError as err:
-                reason = loadtxt_reason(err)
-                raise ScanError(f"{path}: unreadable ascii PLY vertex ({reason}); expected {count:,} lines of "
-                                f"{len(props)} numbers after the header") from None
+                raise ScanError(_unreadable_vertex(f, path, offset, before, props, loadtxt_reason(err))) from None
             if rows.shape[0] != count:
                 raise ScanError(f"{path}: truncated PLY: the header promises {count:,} vertices of "
-                                f"{len(props)} values, the file holds {rows.shape[0]:,}")
+                                f"{len(props)} values, the file holds {rows.shape[0]:,} lines of them: cut short (an "
+                                "interrupted copy)? copy or export it again, or correct 'element vertex'")
             _ascii_fits(f, offset, elements, rows.shape[1], path)
-            f.seek(0)
-            first_line = f.read(offset).count(b"\n") + sum(e.count for e in before) + 1
+            first_line = _first_vertex_line(f, offset, before)
             return _ascii_records(rows, props, path, first_line)
         if fmt not in ("binary_little_endian", "binary_big_endian"):
             raise ScanError(f"{path}: unknown PLY format {fmt!r}; expected ascii or binary_*_endian")
@@ -194,6 +193,26 @@ def _vertex_records(path: Path) -> np.ndarray:
                             f"({count * dtype.itemsize:,} bytes), the file holds {max(size, 0):,} bytes")
         _binary_fits(f, offset + skip, elements[index + 1:], (dtype.itemsize, count), end, path)
         return np.fromfile(f, dtype=dtype, count=count, offset=skip)
+
+
+def _first_vertex_line(f, offset: int, before: list[Element]) -> int:
+    """The 1-based line of an ascii PLY's first vertex: after the header (``offset`` bytes) and the records of the
+    elements ``before`` the vertices, one a line."""
+    f.seek(0)
+    return f.read(offset).count(b"\n") + sum(e.count for e in before) + 1
+
+
+def _unreadable_vertex(f, path: Path, offset: int, before: list[Element], props: list, reason: str) -> str:
+    """The one line for ascii vertex lines that ``np.loadtxt`` did not read (``reason``, its words, which count rows
+    from the first vertex): the file's line, what it holds and what was expected, as the text reader names its lines
+    (:func:`pointgeope.scans.text.bad_line`, :func:`~pointgeope.scans.text.line_hint`)."""
+    expected = f"vertex lines of {len(props)} numbers ({' '.join(name for name, _ in props)})"
+    bad = bad_line(path, None, _first_vertex_line(f, offset, before) - 1)
+    if bad is None:                                     # numpy's own words, should no line be found
+        return f"{path}: expected {expected} after the header, got lines numpy does not read ({reason})"
+    line, text, why = bad
+    return (f"{path}:{line}: expected {expected}, got {repr_bounded(text, 82)} ({why}){line_hint(reason, text)}; "
+            "correct that line, or export the file again")
 
 
 def _more_points(path: Path, count: int, holds: str) -> str:

@@ -11,19 +11,16 @@ float32 value is an integer, so there integers are no excuse: a float32 file of 
 steps of 256 mm), and the step at its largest ``|x|`` (in metres, after ``--scale``) exceeds :data:`STEP_SHARE` of
 the model's voxel. One pass over the coordinates, a comparison each.
 
-The share: a step ``s`` puts a voxel's points on at most ``grid / s`` planes per axis, each coordinate off by up to
-``s / 2``; steps within an eighth of the voxel are off by ``grid / 16`` at most (2.5 mm at 0.04 m), near the
-millimetres the training rooms are written in. float32's steps being powers of two, it fires from ``|x| >= 2^16`` m
-at a 0.04 m voxel (steps of 7.8 mm) and ``2^15`` m at 0.02 m (3.9 mm): at every UTM easting (166-834 km).
+The share and why (an eighth of a voxel): :mod:`pointgeope.coord_steps`, the rule's one owner, which the networks'
+warning for float32 coordinates given to their ``forward`` asks too.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from pointgeope.coord_steps import STEP_SHARE, too_coarse
+
 __all__ = ["STEP_SHARE", "float32_steps", "float32_note"]
-
-STEP_SHARE = 1 / 8      # steps past an eighth of a voxel: a voxel's points on at most 8 planes an axis
-
 
 def float32_steps(coord: np.ndarray) -> float:
     """The float32 step at the largest ``|x|`` of ``coord (N, 3)`` (float64, the file's unit) where every entry
@@ -44,7 +41,7 @@ def float32_note(source: str, coord: np.ndarray, scale: float, grid_size: float)
     """The warning for a scan ``source`` whose coordinates ``coord (N, 3)`` (before ``--scale``) came as float32
     values in steps coarser than ``STEP_SHARE * grid_size`` metres (module docstring), else ``None``."""
     step = float32_steps(coord) * scale
-    if not step > STEP_SHARE * grid_size:
+    if not too_coarse(step, grid_size):
         return None
     reach = float(np.abs(coord).max()) * scale
     return (f"warning: {source}: its coordinates are float32 values, which {reach:.3g} m from 0 come in steps of "

@@ -19,7 +19,11 @@ Reading (``read_text``, for ``.txt .xyz .pts .csv``):
   see ``scan.color_to_uint8``); 3 to 5 columns have no colour. Leica ``.pts`` files with 7 columns are
   ``x y z intensity r g b``: their colour is columns 5-7.
 
-Writing (``write_text``): ``x y z r g b label`` per line, coordinates with 6 decimals (``%.6f``).
+Writing (``write_text``): ``x y z r g b label`` per line, each coordinate the shortest decimal that reads back as the
+float64 read (Python's ``repr``): a text scan's coordinates come back as written (``0.12345678``, ``4200000.123``,
+not ``4200000.123000``), a binary file's exactly (a float32 ``0.3`` as ``0.30000001192092896``, a LAS's
+``X * scale + offset`` as the float64 laspy computed). Before, 6 decimals (``%.6f``) cut the coordinates of degrees
+(a LAS at scale 1e-7), kilometres or a cloud in ``[-1, 1]``, and a float32 file's values no longer read back as them.
 """
 from __future__ import annotations
 
@@ -102,7 +106,7 @@ def _layout(path: Path) -> tuple[str | None, int, float | None]:
     return ("," if comma else None), (first[k][0] if k < len(first) else 0), count
 
 
-def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, str] | None:
+def bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, str] | None:
     """``(1-based line, its text, why)`` of the first data line (after ``skip`` lines, ``#`` comments and
     blank lines left out, as ``np.loadtxt`` reads them) that is not numbers, or has another count of them
     than the first: numpy names a row by its index among the data rows (0-based in one message, 1-based in
@@ -128,7 +132,7 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
     return None
 
 
-def _hint(reason: str, data: str = "") -> str:
+def line_hint(reason: str, data: str = "") -> str:
     """What to do about a line that is not numbers (``data``, its part before a comment; ``reason``, numpy's
     words), from what it holds: NUL bytes between the characters (UTF-16 without a byte-order mark whose first
     character is not ASCII: no rule tells it from UTF-8, :mod:`pointgeope.text_codec`), control characters no
@@ -166,8 +170,8 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
                 rows = np.loadtxt(f, dtype=np.float64, delimiter=delimiter, comments="#", skiprows=skip, ndmin=2)
     except ValueError as err:
         reason = loadtxt_reason(err)
-        bad = _bad_line(path, delimiter, skip)
-        hint = _hint(reason, "" if bad is None else bad[1].split("#")[0])   # its data, not its comment
+        bad = bad_line(path, delimiter, skip)
+        hint = line_hint(reason, "" if bad is None else bad[1].split("#")[0])   # its data, not its comment
         if count is not None and bad is not None and bad[2].startswith("1 value,"):
             hint += "; a second scan's point count? save each scan of the .pts file as its own file"
         if bad is None:
@@ -192,11 +196,13 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
 
 
 def write_text(path: str | Path, coord: np.ndarray, color: np.ndarray, label: np.ndarray) -> Path:
-    """``x y z r g b label`` lines (``%.6f`` coordinates, integer colour and label), atomically."""
+    """``x y z r g b label`` lines (coordinates as their shortest round-trip decimal, ``repr``: module docstring;
+    integer colour and label), atomically."""
     n = coord.shape[0]
     with atomic_open(path, "w") as f:
         for start in range(0, n, _CHUNK):
-            stop = min(start + _CHUNK, n)
-            block = np.concatenate([coord[start:stop], color[start:stop], label[start:stop, None]], axis=1)
-            np.savetxt(f, block, fmt="%.6f %.6f %.6f %d %d %d %d")
+            part = slice(start, start + _CHUNK)
+            rows = zip(np.asarray(coord[part], np.float64).tolist(), np.asarray(color[part]).tolist(),
+                       np.asarray(label[part]).tolist(), strict=True)
+            f.writelines(f"{x!r} {y!r} {z!r} {r} {g} {b} {k}\n" for (x, y, z), (r, g, b), k in rows)
     return Path(path)

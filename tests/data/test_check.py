@@ -32,7 +32,10 @@ def test_a_good_file_passes_with_its_rooms(tmp_path):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda r: r["coord"].__setitem__((1, 2), np.inf), r"room 'bad': 1 point with a non-finite coordinate"),
+    (lambda r: r["coord"].__setitem__(1, [1.0, 1.0, np.inf]),
+     r"room 'bad': 1 point with a non-finite coordinate, the first point 1: \[1\.0, 1\.0, inf\]"),
+    (lambda r: r["coord"].__setitem__(slice(2, 4), [np.nan, 2.0, 2.0]),
+     r"room 'bad': 2 points with a non-finite coordinate, the first point 2: \[nan, 2\.0, 2\.0\]"),
     (lambda r: r["coord"].__setitem__((0, 0), 5000.0 + r["coord"][:, 0].min()),
      "room 'bad': spans 5000 m, more than the 1000 m it was prepared with"),
     (lambda r: r["label"].__setitem__(0, 13), "room 'bad': label 13 found, expected labels below 13"),

@@ -105,3 +105,33 @@ def test_a_non_finite_feature_is_refused_where_the_batch_is_collated():
         next(iter(loader))
     samples[1].x[2, 0] = 0.5
     assert torch.isfinite(next(iter(loader)).x).all()
+
+
+def test_the_loader_leaves_samples_that_their_dataset_checked(prepared, monkeypatch):
+    """S3DISTrain checks each sample's x as it makes it (naming the room's point), so collation checked it a second
+    time (about 0.7 ms a sample); the loader now checks only the samples of other datasets, and of a subclass whose
+    own __getitem__ may bypass that check: its NaN is still refused at collation."""
+    import pointgeope.data.loader as loader_module
+    from pointgeope.data.sample_check import checks_its_samples
+
+    root, _ = prepared
+    seen = []
+    real = loader_module.check_finite
+    monkeypatch.setattr(loader_module, "check_finite", lambda name, x: seen.append(name) or real(name, x))
+    ds = S3DISTrain(root, ["Area_1"], loop=1, voxel_max=200, seed=3)
+    assert next(iter(make_loader(ds, batch_size=2, shuffle=False))).num_graphs == 2 and seen == []
+
+    class Poisoned(S3DISTrain):
+        def __getitem__(self, index):
+            data = super().__getitem__(index)
+            data.x[0, 0] = float("inf")
+            return data
+
+    class Same(S3DISTrain):
+        pass
+
+    assert checks_its_samples(ds) and checks_its_samples(Same(root, ["Area_1"], voxel_max=200))
+    assert not checks_its_samples([1, 2]) and not checks_its_samples(Poisoned(root, ["Area_1"], voxel_max=200))
+    with pytest.raises(ValueError, match=r"expected finite x \(the input features of the batch's sample 1 of 2"):
+        next(iter(make_loader(Poisoned(root, ["Area_1"], voxel_max=200, seed=3), batch_size=2, shuffle=False)))
+    assert len(seen) == 1

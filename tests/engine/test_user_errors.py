@@ -323,7 +323,7 @@ def test_evaluate_checks_the_data_it_reads_as_training_does(tmp_path, capsys, tw
     _edit_room(root / "Area_1.h5", "office_1", coord=coord)
     line = one_line(capsys, 2, ["evaluate", str(run), "--data-root", str(root)])
     assert line == (f"pointgeope evaluate: error: {root / 'Area_1.h5'}: room 'office_1': 1 point with a "
-                    "non-finite coordinate; run `pointgeope prepare` again")
+                    f"non-finite coordinate, the first point 5: {coord[5].tolist()}; run `pointgeope prepare` again")
     _edit_room(root / "Area_1.h5", "office_1", coord=np.zeros((0, 3), np.float32), color=np.zeros((0, 3), np.uint8),
                label=np.zeros(0, np.uint8), instance=np.zeros(0, np.int32))
     line = one_line(capsys, 2, ["evaluate", str(run), "--data-root", str(root)])

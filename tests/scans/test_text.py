@@ -287,3 +287,21 @@ def test_a_text_line_with_a_terminals_colour_codes_is_not_called_binary(tmp_path
     with pytest.raises(ScanError, match=r":2: expected lines of numbers .*is not a number\); control characters in "
                                         r"a line of text \(a terminal's colour codes\?\): remove them$"):
         read_text(tmp_path / "c.txt")
+
+
+def test_written_coordinates_read_back_as_the_floats_read(tmp_path):
+    """Each coordinate is written as the shortest decimal that reads back as the float64 held: a text scan's own
+    numbers (8 decimals of a normalised cloud, degrees to 1e-7, UTM millimetres) come back as written; a float32
+    file's and a float64 file's values exactly. ``%.6f`` wrote 0.123457, 12.345679 and 4200000.123000."""
+    written = ["0.12345678 -0.87654321 0.5", "12.3456789 45.6789012 1e-07", "4200000.123 500000.001 -12.5"]
+    (tmp_path / "in.txt").write_text("".join(f"{line} 1 2 3\n" for line in written))
+    scan = read_text(tmp_path / "in.txt")
+    write_text(tmp_path / "out.txt", scan.coord, scan.color, np.array([0, 1, 2]))
+    assert [line.rsplit(" ", 4)[0] for line in (tmp_path / "out.txt").read_text().splitlines()] == written
+    assert np.array_equal(read_text(tmp_path / "out.txt").coord, scan.coord)
+    rng = np.random.default_rng(0)
+    f32 = (rng.random((50, 3)) * 4.2e6).astype(np.float32).astype(np.float64)
+    f64 = rng.random((50, 3)) * [1, 4.2e6, 1e-3]
+    for i, coord in enumerate((f32, f64)):
+        write_text(tmp_path / f"{i}.txt", coord, np.zeros_like(coord, np.uint8), np.zeros(len(coord), np.uint8))
+        assert np.array_equal(read_text(tmp_path / f"{i}.txt").coord, coord)

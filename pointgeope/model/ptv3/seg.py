@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from pointgeope.geope_checks import check_scale
 from pointgeope.model.config import ModelConfig, ptv1_settings
+from pointgeope.model.coord_check import warn_coarse
 from pointgeope.model.ptv3.network import PointTransformerV3, _check_lengths
 from pointgeope.model.ptv3.segmentor import PTv3Segmentor
 from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS, QKEncoding, qk_encoding
@@ -105,6 +106,7 @@ class PTv3Seg(PTv3Segmentor):
             attn_drop=p.attn_drop, proj_drop=p.proj_drop, drop_path=p.drop_path, shuffle_orders=p.shuffle_orders,
             enable_rpe=p.enable_rpe, pe=pe, shuffle_in_eval=False)
         super().__init__(cfg.num_classes, backbone.out_channels, backbone)
+        self.grid_size = grid_size
         self._encodings = (pe,)     # a tuple: not a second registration (the blocks hold it)
 
     def forward(self, pos: Tensor, x: Tensor, offset: Tensor, grid_coord: Tensor | None = None,
@@ -112,6 +114,8 @@ class PTv3Seg(PTv3Segmentor):
         if grid_coord is None:
             raise ValueError("PTv3 needs grid_coord (N, 3), the points' voxel indices: give samples of "
                              "data.augment=pointcept_ptv3 and eval.protocol=ptv3")
+        if isinstance(pos, Tensor):        # else the backbone's checks name it
+            warn_coarse(self, pos, self.grid_size)   # float32 UTM metres: once, a RuntimeWarning (its check reads too)
         return super().forward(pos, grid_coord, x, offset)
 
     def frequency_parameters(self) -> list[nn.Parameter]:

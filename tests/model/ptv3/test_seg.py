@@ -255,3 +255,19 @@ def test_a_head_list_of_another_length_is_refused_by_its_name_in_code(key, value
 
     with pytest.raises(ValueError, match=message):
         PTv3Seg(ModelConfig(backbone="ptv3", pe="geope", ptv3=PTv3Config(**{key: value})), 0.1)
+
+
+def test_float32_utm_positions_are_warned_once():
+    """PTv3's forward warns as PTv1's (pointgeope/model/coord_check.py): 5e5 m in [2^18, 2^19), float32 steps of
+    2^-5 m = 0.031 m, past an eighth of the 0.1 m voxel; once per network."""
+    import warnings
+    model = net("geope", 64)
+    pos, feat, offset, grid = cloud()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            for _ in range(2):
+                model(pos + torch.tensor([5.0e5, 0.0, 0.0]), feat, offset, grid_coord=grid)
+            net("geope", 64)(pos, feat, offset, grid_coord=grid)                # metres from 0: nothing to say
+    said = [str(w.message) for w in caught if w.category is RuntimeWarning]
+    assert len(said) == 1 and "where float32 comes in steps of 0.0312 m (the model's voxels: 0.1 m)" in said[0]
