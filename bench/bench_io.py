@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from pointgeope.atomic import write_text_atomic
-from pointgeope.provenance import checkout_commit
+from pointgeope.provenance import PACKAGE_PARENT, checkout_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANGED_LISTED = 20     # at most this many changed paths are written into a result
@@ -88,13 +88,15 @@ def host() -> dict:
 
 
 def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("numpy", "torch"),
-               tree: Path = ROOT) -> dict:
-    """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` (this
-    repository; a script timing the package found on ``PYTHONPATH`` passes that checkout) outside
-    :data:`OUTPUTS`, tracked files only, the
-    ``threads`` the run timed (one count, or the counts of a run that times several; None for a script that
-    times nothing), the installed version of each of ``packages`` (None where absent) and :func:`host` when it
-    was taken (take it at the run's start: the commit is then the code that was imported)."""
+               tree: Path = PACKAGE_PARENT) -> dict:
+    """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` outside
+    :data:`OUTPUTS`, tracked files only (by default the checkout holding the ``pointgeope`` this process
+    imported, ``pointgeope.provenance.PACKAGE_PARENT``: the code timed, which ``PYTHONPATH`` or an editable
+    install may take from another checkout than this script's; a script that times :data:`ROOT`'s package in
+    child processes passes ``ROOT``), the ``threads`` the run timed (one count, or the counts of a run that
+    times several; None for a script that times nothing), the installed version of each of ``packages`` (None
+    where absent) and :func:`host` when it was taken (take it at the run's start: the commit is then the code
+    that was imported)."""
     return {**git_state(tree, exclude=(OUTPUTS,)), "threads": threads, "versions": {p: _version(p) for p in packages},
             **host()}
 
