@@ -45,14 +45,17 @@ def git_state(tree: Path = ROOT, exclude: tuple[str, ...] = (), untracked: bool 
     """``{"commit", "dirty", "changed"}`` of the checkout ``tree``: HEAD's full hash, whether a tracked file
     differs from HEAD (staged or not; with ``untracked``, a new file not ignored counts too), and the first
     :data:`CHANGED_LISTED` lines of ``git status --porcelain`` for those files (so a reader sees whether only
-    result files differed). Paths under ``exclude`` (a run's own outputs) are left out. Outside a checkout:
-    ``{"commit": "", "dirty": None, "changed": []}``."""
+    result files differed). Paths under ``exclude`` (a run's own outputs) are left out. Where
+    :func:`git_commit` is ``""`` (outside a checkout, or a folder inside one that is not its top, as an installed
+    package's site-packages in a clone's virtual environment): ``{"commit": "", "dirty": None, "changed": []}``."""
     pathspec = ["--", ".", *(f":(exclude){path}" for path in exclude)] if exclude else []
-    status = _git(tree, "status", "--porcelain", f"--untracked-files={'all' if untracked else 'no'}", *pathspec)
+    commit = git_commit(tree=tree)
+    status = _git(tree, "status", "--porcelain", f"--untracked-files={'all' if untracked else 'no'}",
+                  *pathspec) if commit else None
     if status is None:
         return {"commit": "", "dirty": None, "changed": []}
     changed = [line for line in status.splitlines() if line.strip()]
-    return {"commit": git_commit(tree=tree), "dirty": bool(changed), "changed": changed[:CHANGED_LISTED]}
+    return {"commit": commit, "dirty": bool(changed), "changed": changed[:CHANGED_LISTED]}
 
 
 def tree_dirty(tree: Path = ROOT) -> bool | None:

@@ -31,6 +31,9 @@ def test_outside_a_checkout(tmp_path, checkout):
     (checkout / "inner").mkdir()             # a folder inside a checkout is not a checkout (as metrics.json's)
     assert bench_io.git_commit(tree=checkout / "inner") == ""
     assert bench_io.git_state(tmp_path) == {"commit": "", "dirty": None, "changed": []}
+    # nor its state: no commit and a "clean" flag of only that folder (a wheel's site-packages in a clone's venv)
+    assert bench_io.git_state(checkout / "inner") == {"commit": "", "dirty": None, "changed": []}
+    assert bench_io.tree_dirty(checkout / "inner") is None
 
 
 def test_provenance_records_threads_and_versions(git):
