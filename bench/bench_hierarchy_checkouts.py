@@ -87,7 +87,8 @@ def main() -> None:
 
     base_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.base_ref], capture_output=True,
                                  text=True, check=True).stdout.strip()
-    result = {"base": base_commit, "provenance": provenance(args.threads, ("numpy", "torch", "numba", "pykdtree")),
+    packages = ("numpy", "torch", "numba", "pykdtree")          # "new" is ROOT's package, whichever this imports
+    result = {"base": base_commit, "provenance": provenance(args.threads, packages, tree=ROOT),
               "threads": args.threads, "points": args.points, "rounds": args.rounds, "calls": args.calls, "cases": {}}
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", base_commit], capture_output=True, check=True)

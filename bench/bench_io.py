@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from pointgeope.atomic import write_text_atomic
-from pointgeope.provenance import checkout_commit
+from pointgeope.provenance import PACKAGE_PARENT, checkout_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANGED_LISTED = 20     # at most this many changed paths are written into a result
@@ -45,14 +45,17 @@ def git_state(tree: Path = ROOT, exclude: tuple[str, ...] = (), untracked: bool 
     """``{"commit", "dirty", "changed"}`` of the checkout ``tree``: HEAD's full hash, whether a tracked file
     differs from HEAD (staged or not; with ``untracked``, a new file not ignored counts too), and the first
     :data:`CHANGED_LISTED` lines of ``git status --porcelain`` for those files (so a reader sees whether only
-    result files differed). Paths under ``exclude`` (a run's own outputs) are left out. Outside a checkout:
-    ``{"commit": "", "dirty": None, "changed": []}``."""
+    result files differed). Paths under ``exclude`` (a run's own outputs) are left out. Where
+    :func:`git_commit` is ``""`` (outside a checkout, or a folder inside one that is not its top, as an installed
+    package's site-packages in a clone's virtual environment): ``{"commit": "", "dirty": None, "changed": []}``."""
     pathspec = ["--", ".", *(f":(exclude){path}" for path in exclude)] if exclude else []
-    status = _git(tree, "status", "--porcelain", f"--untracked-files={'all' if untracked else 'no'}", *pathspec)
+    commit = git_commit(tree=tree)
+    status = _git(tree, "status", "--porcelain", f"--untracked-files={'all' if untracked else 'no'}",
+                  *pathspec) if commit else None
     if status is None:
         return {"commit": "", "dirty": None, "changed": []}
     changed = [line for line in status.splitlines() if line.strip()]
-    return {"commit": git_commit(tree=tree), "dirty": bool(changed), "changed": changed[:CHANGED_LISTED]}
+    return {"commit": commit, "dirty": bool(changed), "changed": changed[:CHANGED_LISTED]}
 
 
 def tree_dirty(tree: Path = ROOT) -> bool | None:
@@ -88,13 +91,15 @@ def host() -> dict:
 
 
 def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("numpy", "torch"),
-               tree: Path = ROOT) -> dict:
-    """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` (this
-    repository; a script timing the package found on ``PYTHONPATH`` passes that checkout) outside
-    :data:`OUTPUTS`, tracked files only, the
-    ``threads`` the run timed (one count, or the counts of a run that times several; None for a script that
-    times nothing), the installed version of each of ``packages`` (None where absent) and :func:`host` when it
-    was taken (take it at the run's start: the commit is then the code that was imported)."""
+               tree: Path = PACKAGE_PARENT) -> dict:
+    """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` outside
+    :data:`OUTPUTS`, tracked files only (by default the checkout holding the ``pointgeope`` this process
+    imported, ``pointgeope.provenance.PACKAGE_PARENT``: the code timed, which ``PYTHONPATH`` or an editable
+    install may take from another checkout than this script's; a script that times :data:`ROOT`'s package in
+    child processes passes ``ROOT``), the ``threads`` the run timed (one count, or the counts of a run that
+    times several; None for a script that times nothing), the installed version of each of ``packages`` (None
+    where absent) and :func:`host` when it was taken (take it at the run's start: the commit is then the code
+    that was imported)."""
     return {**git_state(tree, exclude=(OUTPUTS,)), "threads": threads, "versions": {p: _version(p) for p in packages},
             **host()}
 

@@ -42,7 +42,7 @@ def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
 def workers_only(args) -> dict:
     """``--procs`` workers of this checkout at once: the medians per sample (the first of each dropped) and
     ``batch_s``, what those workers take for a batch of ``--batch`` samples with their hierarchies."""
-    run_provenance, block, hierarchy = provenance(1), [], []    # at the start: the code the workers import
+    run_provenance, block, hierarchy = provenance(1, tree=ROOT), [], []    # at the start: the code the workers import
     for run in one_run(ROOT, args.procs, args.samples):
         block += run["block_s"][1:]
         hierarchy += run["hierarchy_s"][1:]
@@ -73,7 +73,7 @@ def main() -> int:
     if args.before is None:
         parser.error("--before is required (or --workers-only)")
     trees = {"before": args.before.resolve(), "after": ROOT}
-    run_provenance, before = provenance(1), git_state(trees["before"], exclude=(OUTPUTS,))
+    run_provenance, before = provenance(1, tree=ROOT), git_state(trees["before"], exclude=(OUTPUTS,))
     times = {(name, procs): {"block": [], "hierarchy": []} for name in trees for procs in sorted({1, args.procs})}
     for _ in range(args.rounds):
         for (name, procs), acc in times.items():

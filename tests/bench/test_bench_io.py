@@ -31,6 +31,9 @@ def test_outside_a_checkout(tmp_path, checkout):
     (checkout / "inner").mkdir()             # a folder inside a checkout is not a checkout (as metrics.json's)
     assert bench_io.git_commit(tree=checkout / "inner") == ""
     assert bench_io.git_state(tmp_path) == {"commit": "", "dirty": None, "changed": []}
+    # nor its state: no commit and a "clean" flag of only that folder (a wheel's site-packages in a clone's venv)
+    assert bench_io.git_state(checkout / "inner") == {"commit": "", "dirty": None, "changed": []}
+    assert bench_io.tree_dirty(checkout / "inner") is None
 
 
 def test_provenance_records_threads_and_versions(git):
@@ -102,3 +105,32 @@ def test_provenance_carries_the_cpu_model(monkeypatch, tmp_path):
     info.write_text("model name\t: Test CPU 9000\n")
     monkeypatch.setattr(bench_io.cpu_model, "__defaults__", (info,))
     assert bench_io.provenance(1)["cpu_model"] == "Test CPU 9000 x 1"
+
+
+def test_provenance_records_the_checkout_of_the_imported_package_by_default(checkout, git):
+    """A bench times the ``pointgeope`` it imports, which ``PYTHONPATH`` (or an editable install elsewhere) may take
+    from another checkout than the one the script sits in: ``provenance()`` records that checkout's commit and
+    changes (``pointgeope.provenance.PACKAGE_PARENT``), not this repository's."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pointgeope
+
+    shutil.copytree(Path(pointgeope.__file__).parent, checkout / "pointgeope",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-q", "-m", "the package")
+    (checkout / "pointgeope" / "constants.py").write_text("changed = True\n")      # a change of the code timed
+    code = (f"import sys, json; sys.path.insert(0, {str(bench_io.ROOT / 'bench')!r}); import bench_io, pointgeope; "
+            "print(json.dumps([pointgeope.__file__, bench_io.provenance(1, ())]))")
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=checkout, capture_output=True, text=True,
+                          check=True)
+    package, got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(package).parent == checkout / "pointgeope"
+    assert (got["commit"], got["dirty"]) == (git(checkout, "rev-parse", "HEAD"), True) != (bench_io.git_commit(), True)
+    assert got["changed"] == [" M pointgeope/constants.py"]
