@@ -5,7 +5,8 @@ The neighbours are the real hierarchy's (``HierarchySpec`` of ``--clouds`` synth
 points on ``--device``: kNN lists of a point cloud, not random rows, so that the atomics' collisions and the
 gathers' locality are the network's); stage ``s`` has the recipe's width (32 .. 512) and k (8, 16). For each
 stage and ``--dtypes`` (float32; bfloat16 as under autocast: features and gradient in bf16, GeoPE's tables in
-float32) it times, the fastest of ``--reps`` after one call that compiles, the ways of one op interleaved
+float32) it times, the fastest of ``--reps`` after ``--warmup`` untimed calls (default one, which compiles; the
+interpreter compiles nothing: the test suite's smoke run takes 0), the ways of one op interleaved
 (``bench/interleave.py``: every round runs each once, in a rotated order; sorted over atomic is the median
 of the per-round ratios, with their range):
 
@@ -103,19 +104,19 @@ def _under(way: str, turn_first: bool, run):
     return call
 
 
-def time_stage(t: dict, device: torch.device, reps: int) -> dict:
+def time_stage(t: dict, device: torch.device, reps: int, warmup: int = 1) -> dict:
     """Seconds of each backward per scatter (module docstring), the transpose's, and sorted vs atomic. Per op
-    the scatters (and, for ``frame``, the two-pass sorted sum) are interleaved (``interleave.rounds``: one
-    compiling call each, then ``reps`` rounds, each running every side once in a rotated order): each side's
-    minimum, and ``{op}_sorted_over_atomic`` the median of the per-round ratios (``..._paired_range`` their
-    range, ``..._of_mins`` the ratio of the minima)."""
+    the scatters (and, for ``frame``, the two-pass sorted sum) are interleaved (``interleave.rounds``:
+    ``warmup`` untimed calls each, the first compiles, then ``reps`` rounds, each running every side once in a
+    rotated order): each side's minimum, and ``{op}_sorted_over_atomic`` the median of the per-round ratios
+    (``..._paired_range`` their range, ``..._of_mins`` the ratio of the minima)."""
     row = {}
     wait = functools.partial(sync, device)
     for op in OPS:
         fns = {way: _under(way, False, _backward(op, t, way)) for way in ("atomic", "sorted")}
         if op == "frame":                                # standard GeoPE's sorted sum in two passes
             fns["turn_first"] = _under("sorted", True, _backward(op, t, "sorted"))
-        grads, wall, _ = interleave.rounds(fns, reps, warmup=1, sync=wait)
+        grads, wall, _ = interleave.rounds(fns, reps, warmup=warmup, sync=wait)
         summary = interleave.paired(wall, "atomic")
         for way in ("atomic", "sorted"):
             row[f"{op}_{way}"] = min(wall[way])
@@ -127,11 +128,11 @@ def time_stage(t: dict, device: torch.device, reps: int) -> dict:
         row[f"{op}_sorted_over_atomic_paired_range"] = summary["sorted"]["paired_range"]
         row[f"{op}_sorted_over_atomic_of_mins"] = summary["sorted"]["ratio_of_mins"]
     rows = t["idx"].shape[0]
-    row["transpose"] = min(timed(lambda: gather_backward.transpose(t["idx"].clone(), rows), device, reps)[1])
+    row["transpose"] = min(timed(lambda: gather_backward.transpose(t["idx"].clone(), rows), device, reps, warmup)[1])
     return row
 
 
-def sweep(t: dict, device: torch.device, reps: int) -> dict:
+def sweep(t: dict, device: torch.device, reps: int, warmup: int = 1) -> dict:
     """``frame_sorted`` and ``aggregate_sorted`` per setting of :data:`SWEEP` (``block_t`` 0: k rounded up) of
     their kernels, with the tiles it gives."""
     out = {}
@@ -142,7 +143,7 @@ def sweep(t: dict, device: torch.device, reps: int) -> dict:
         for block_t, budget, rows, warps in SWEEP:
             setting = dict(block_t=block_t, budget=budget, rows=rows, warps=warps)
             with gather_backward.scatter("sorted"), gather_backward.setting(kernel, setting):
-                seconds = min(timed(_backward(op, t, "sorted"), device, reps)[1])
+                seconds = min(timed(_backward(op, t, "sorted"), device, reps, warmup)[1])
             out.setdefault(op, {})[f"t{block_t}_b{budget}_r{rows}_w{warps}"] = {
                 "seconds": seconds, "tiles": gather_backward.tiles(kernel, k, min(c, 64), setting=setting),
                 "default": setting == default}
@@ -161,6 +162,7 @@ def main() -> None:
     add("--sweep-dtype", default="bfloat16", choices=sorted(DTYPES))
     add("--sweep-stages", type=int, nargs="*", default=[0, 1])
     add("--reps", type=int, default=5)
+    add("--warmup", type=int, default=1, help="untimed calls before the timed ones (the first compiles)")
     add("--budget", type=float, default=1e9, help="seconds: no new stage or sweep after them")
     args = parser.parse_args()
     start, device = time.perf_counter(), torch.device(args.device)
@@ -172,20 +174,21 @@ def main() -> None:
         coords.append(coords[-1][h.samples[s]])
     result = {"device": args.device,
               "run": run_record(args.device), "clouds": args.clouds,
-              "points": args.points, "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()},
+              "points": args.points, "warmup": args.warmup,
+              "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()},
               "stages": {}, "sweep": {}}
     for s in args.stages:
         for name in args.dtypes:
             if time.perf_counter() - start < args.budget:
                 t = stage_inputs(h, coords, s, DTYPES[name])
                 key = f"stage{s}_n{t['idx'].shape[0]}_k{t['idx'].shape[1]}_c{WIDTHS[s]}_{name}"
-                result["stages"][key] = time_stage(t, device, args.reps)
+                result["stages"][key] = time_stage(t, device, args.reps, args.warmup)
                 save_json(args.out, result)
                 print(key, result["stages"][key], flush=True)
     for s in args.sweep_stages:
         if time.perf_counter() - start < args.budget:
             t = stage_inputs(h, coords, s, DTYPES[args.sweep_dtype])
-            result["sweep"][f"stage{s}_{args.sweep_dtype}"] = sweep(t, device, args.reps)
+            result["sweep"][f"stage{s}_{args.sweep_dtype}"] = sweep(t, device, args.reps, args.warmup)
             save_json(args.out, result)
     print(f"wrote {args.out}")
 

@@ -75,6 +75,16 @@ def tiny_run(two_folds, tmp_path_factory) -> Path:
     return run / "area_1"
 
 
+@pytest.fixture(scope="session")
+def unvalidated_run(two_folds, tmp_path_factory) -> Path:
+    """Fold 1 of ``two_folds`` trained for one epoch without validation (``train.val_every=0``: best.pt is its
+    last epoch, no validation picked it), its run folder: the tests of what ``evaluate`` and ``predict`` say of
+    such a best.pt read it, or a copy where they write into the fold."""
+    run = tmp_path_factory.mktemp("unvalidated_run")
+    assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=0") == 0
+    return run
+
+
 def one_line(capsys, code: int, argv: list[str]) -> str:
     """Run ``pointgeope argv``; check the exit code and that stderr is one line without a traceback."""
     from pointgeope.cli import main as cli

@@ -293,13 +293,12 @@ def test_a_scan_of_one_colour_is_noted_for_a_colour_model_only():
         assert len(notes) == expected, warnings
 
 
-def test_predict_best_of_a_fold_trained_without_validation_says_no_epoch_was_picked(two_folds, tmp_path, capsys):
+def test_predict_best_of_a_fold_trained_without_validation_says_no_epoch_was_picked(unvalidated_run, tmp_path,
+                                                                                    capsys):
     """``train.val_every=0`` rewrites best.pt every epoch: ``predict RUN/area_K --checkpoint best`` predicted
     with the last epoch as if a validation had picked it, exit code 0 and no word, where ``evaluate`` refuses.
     Now the same line, with predict's way to take last.pt, and nothing written; ``--checkpoint last`` predicts."""
-    run = tmp_path / "run"
-    assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=0") == 0
-    fold, out = run / "area_1", tmp_path / "pred"
+    fold, out = unvalidated_run / "area_1", tmp_path / "pred"          # read, not written: the fold is shared
     scan = tmp_path / "scan.npy"
     np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
     capsys.readouterr()
@@ -314,15 +313,13 @@ def test_predict_best_of_a_fold_trained_without_validation_says_no_epoch_was_pic
     assert np.load(out / "scan_pred.npy").shape == (500,)
 
 
-def test_a_lone_unvalidated_best_pt_is_told_a_way_that_exists(two_folds, tmp_path, capsys):
+def test_a_lone_unvalidated_best_pt_is_told_a_way_that_exists(unvalidated_run, tmp_path, capsys):
     """A fold's best.pt copied alone (no last.pt beside it) was told to predict from ``MODEL DIR/last.pt``, a file
     that is not there; the line says to copy it under that name (the same weights), and that prediction is the
     one of the fold's last.pt."""
     import shutil
 
-    run = tmp_path / "run"
-    assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=0") == 0
-    fold, lone, scan = run / "area_1", tmp_path / "shared", tmp_path / "scan.npy"
+    fold, lone, scan = unvalidated_run / "area_1", tmp_path / "shared", tmp_path / "scan.npy"
     lone.mkdir()
     shutil.copy(fold / "best.pt", lone / "best.pt")
     np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])

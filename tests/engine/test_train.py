@@ -79,12 +79,23 @@ def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
                                                       "metrics.json", "predictions", "tb"]
 
 
+# 8 samples, 4 steps an epoch: saves after step 2, epoch 1 (step 4), step 6, epoch 2 (step 8)
+RESUMED = ["data.loop=2", "train.checkpoint_every=2"]
+
+
+@pytest.fixture(scope="module")
+def straight(two_folds, tmp_path_factory):
+    """The run that :func:`test_resume_after_a_kill_reaches_the_same_result` compares each killed run with, trained
+    without a stop once for both kill points (the same settings, the same data: the same run)."""
+    run = tmp_path_factory.mktemp("straight")
+    assert train(two_folds, run, *RESUMED) == 0
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fail_at_save", [2, 3], ids=["epoch-end", "mid-epoch"])
-def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkeypatch, fail_at_save):
-    # 8 samples, 4 steps an epoch: saves after step 2, epoch 1 (step 4), step 6, epoch 2 (step 8)
-    extra = ["data.loop=2", "train.checkpoint_every=2"]
-    assert train(two_folds, tmp_path / "straight", *extra) == 0
+def test_resume_after_a_kill_reaches_the_same_result(two_folds, straight, tmp_path, monkeypatch, fail_at_save):
+    extra = RESUMED
 
     real_save, saves = state_mod.save_checkpoint, []
 
@@ -107,15 +118,15 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
     where = (f"inside epoch {killed_at[0] + 1}, after its batch {killed_at[1]}" if killed_at[1]
              else f"after epoch {killed_at[0]}")
     assert f"resumed from {tmp_path / 'killed' / 'area_1' / 'last.pt'}: {where} (step " in log
-    a, b = weights(tmp_path / "straight" / "area_1" / "last.pt"), weights(tmp_path / "killed" / "area_1" / "last.pt")
+    a, b = weights(straight / "area_1" / "last.pt"), weights(tmp_path / "killed" / "area_1" / "last.pt")
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
-    ma = json.loads((tmp_path / "straight" / "area_1" / "metrics.json").read_text())
+    ma = json.loads((straight / "area_1" / "metrics.json").read_text())
     mb = json.loads((tmp_path / "killed" / "area_1" / "metrics.json").read_text())
     assert ma["confusion"] == mb["confusion"]
     # each epoch's logged train scores are those of all its batches (a mid-epoch resume logged those after it)
-    assert epoch_scores(tmp_path / "killed") == epoch_scores(tmp_path / "straight")
+    assert epoch_scores(tmp_path / "killed") == epoch_scores(straight)
 
 
 def epoch_scores(run) -> dict[str, str]:
