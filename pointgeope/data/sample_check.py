@@ -18,8 +18,8 @@ again mends it::
 
 The loader's check at collation (``data.loader``) stays for any other dataset, naming the sample of the batch;
 :func:`checks_its_samples` is the one place that decides which datasets it skips: those whose class defines
-``__getitem__`` together with ``checks_samples = True`` (a subclass that overrides ``__getitem__`` is checked
-again by the loader, as its samples may no longer pass through :func:`check_sample`).
+``__getitem__`` together with ``checks_samples = True`` (a subclass that overrides ``__getitem__``, or adds a
+``__getitems__``, is checked again by the loader, as its samples may no longer pass through :func:`check_sample`).
 """
 from __future__ import annotations
 
@@ -37,9 +37,12 @@ _STORED = ("coord", "color", "normal")   # the room's stored arrays that feature
 
 def checks_its_samples(dataset) -> bool:
     """Whether ``dataset`` checks every sample's ``x`` as it makes it (:func:`check_sample`), so the loader need not
-    check them again: the class whose ``__getitem__`` it runs says so with ``checks_samples = True`` beside it."""
-    owner = next((c for c in type(dataset).__mro__ if "__getitem__" in vars(c)), None)
-    return owner is not None and vars(owner).get("checks_samples", False) is True
+    check them again: the class whose ``__getitem__`` it runs says so with ``checks_samples = True`` beside it, and
+    so does the class of its ``__getitems__``, if any (torch's fetcher takes a batch's samples through that one)."""
+    mro = type(dataset).__mro__
+    owners = [next((c for c in mro if name in vars(c)), None) for name in ("__getitem__", "__getitems__")]
+    return owners[0] is not None and all(vars(owner).get("checks_samples", False) is True
+                                         for owner in owners if owner is not None)
 
 
 def check_sample(dataset, index: int, x: Tensor) -> None:

@@ -26,9 +26,9 @@ __all__ = ["coarse_note", "warn_coarse"]
 def coarse_note(coord: Tensor, grid_size: float) -> str | None:
     """The warning for coordinates ``coord (N, 3)`` whose dtype's step at their largest ``|x|`` is too coarse for
     voxels of ``grid_size`` metres (:func:`pointgeope.coord_steps.too_coarse`), else ``None``; float64 ones are
-    not read."""
-    if coord.dtype == torch.float64 or coord.is_meta or not coord.numel():
-        return None
+    not read, nor those of another kind than float (the networks' input checks name them)."""
+    if not coord.is_floating_point() or coord.dtype == torch.float64 or coord.is_meta or not coord.numel():
+        return None                 # integers, bools: the network's input checks refuse them in their own words
     reach = float(coord.detach().abs().amax())            # one host read (a NaN: the finiteness checks' to refuse)
     step = spacing(reach, coord.dtype)
     if not too_coarse(step, grid_size):

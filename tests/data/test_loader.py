@@ -135,3 +135,25 @@ def test_the_loader_leaves_samples_that_their_dataset_checked(prepared, monkeypa
     with pytest.raises(ValueError, match=r"expected finite x \(the input features of the batch's sample 1 of 2"):
         next(iter(make_loader(Poisoned(root, ["Area_1"], voxel_max=200, seed=3), batch_size=2, shuffle=False)))
     assert len(seen) == 1
+
+
+def test_a_subclass_that_fetches_batches_through_getitems_is_still_checked(prepared):
+    """torch's DataLoader fetches a batch through the dataset's ``__getitems__`` where it has one, not its
+    ``__getitem__``: a subclass adding one may bypass the sample's own check, so the loader checks it."""
+    from torch.utils.data import ConcatDataset, Subset
+
+    from pointgeope.data.sample_check import checks_its_samples
+
+    class Batched(S3DISTrain):
+        def __getitems__(self, indices):
+            samples = [self.to_data(self.sample(i)[0]) for i in indices]      # no check_sample
+            samples[1].x[0, 0] = float("nan")
+            return samples
+
+    root, _ = prepared
+    ds = Batched(root, ["Area_1"], loop=1, voxel_max=200, seed=3)
+    assert not checks_its_samples(ds)
+    plain = S3DISTrain(root, ["Area_1"], voxel_max=200)
+    assert not checks_its_samples(Subset(plain, [0])) and not checks_its_samples(ConcatDataset([plain]))
+    with pytest.raises(ValueError, match=r"expected finite x \(the input features of the batch's sample 2 of 2"):
+        next(iter(make_loader(ds, batch_size=2, shuffle=False)))

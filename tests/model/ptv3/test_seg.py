@@ -271,3 +271,12 @@ def test_float32_utm_positions_are_warned_once():
             net("geope", 64)(pos, feat, offset, grid_coord=grid)                # metres from 0: nothing to say
     said = [str(w.message) for w in caught if w.category is RuntimeWarning]
     assert len(said) == 1 and "where float32 comes in steps of 0.0312 m (the model's voxels: 0.1 m)" in said[0]
+
+
+@pytest.mark.parametrize("make", [lambda pos: (pos * 10).long(), lambda pos: pos > 0.3], ids=["int64", "bool"])
+def test_positions_not_of_floats_are_refused_in_one_line_not_by_the_coarse_coord_warning(make):
+    """The float32-step warning runs before the backbone's input checks; positions of integers or bools are not
+    its to read (torch.finfo of int64 was a TypeError, abs of bool a NotImplementedError): the backbone names them."""
+    pos, feat, offset, grid = cloud()
+    with pytest.raises(ValueError, match=r"expected coord of shape \(N, 3\) float, got \(40, 3\) torch\.(int64|bool)"):
+        net("geope", 64)(make(pos), feat, offset, grid_coord=grid)
