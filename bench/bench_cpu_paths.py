@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-import pointgeope
 from pointgeope.model.attention import PointTransformerLayer
 from pointgeope.model.ops import knn
+from pointgeope.provenance import PACKAGE_PARENT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import provenance, save_json
@@ -67,9 +67,8 @@ def main() -> int:
     coord = synthetic_room(args.points, seed=1)
     offset = torch.tensor([coord.shape[0]])
     idx, _ = knn(coord, coord, 16, offset, offset)
-    source = Path(pointgeope.__file__).resolve().parent
-    out = {"label": args.label, "source": str(source), "threads": args.threads,
-           "provenance": provenance(args.threads, ("numpy", "torch"), tree=source.parent),
+    out = {"label": args.label, "source": str(PACKAGE_PARENT / "pointgeope"), "threads": args.threads,
+           "provenance": provenance(args.threads, ("numpy", "torch"), tree=PACKAGE_PARENT),
            "points": int(coord.shape[0]), "time": "process CPU seconds, minimum over reps", "presets": {}}
     for preset in args.presets:
         out["presets"][preset] = measure(preset, coord, idx, args.reps)

@@ -187,6 +187,25 @@ def agreement(fused: tuple, reference: tuple, relu: bool = True) -> dict:
             "relu_mask_flips": int((~same).sum())}
 
 
+def planned() -> list[tuple]:
+    """Every case in the order run, ``(name, rows, width, case function, its setting)``: :data:`CASES`, then
+    :data:`PADDED` (after them: a failure there keeps every case above), then :data:`RESIDUAL` (last: new, the
+    step's limit may cut them)."""
+    return ([(name, rows, width, one_case, {"relu": relu}) for name, rows, width, relu in CASES]
+            + [(name, rows, width, padded_case, {}) for name, rows, width in PADDED]
+            + [(name, rows, width, residual_case, {"train": train}) for name, rows, width, train in RESIDUAL])
+
+
+def printed(row: dict) -> str:
+    """A case's line: the two sides' times and their ratio (a padded case's sides named the prefix ops and the
+    kernel), then its CUDA graphs' where it has them."""
+    torch_side, fused_side = ("prefix ops", "kernel") if "valid" in row else ("torch", "fused")
+    graph = (f"  graph: prefix ops {row['graph_torch_ms']:8.3f} ms  kernel {row['graph_fused_ms']:8.3f} ms  "
+             f"x{row['graph_fused_over_torch']:.2f}" if "graph_fused_ms" in row else "")
+    return (f"{row['case']:<16} {row['dtype']:<9} {torch_side} {row['torch_ms']:8.3f} ms  {fused_side} "
+            f"{row['fused_ms']:8.3f} ms  x{row['fused_over_torch']:.2f}{graph}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -200,28 +219,11 @@ def main() -> int:
     out = {"device": str(device), "run": run_record(str(device)),
            "time": "one forward + backward, training mode, minimum over reps (ms)",
            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None, "cases": []}
-    for name, rows, width, relu in CASES:
+    for name, rows, width, case, setting in planned():
         for dtype in (torch.bfloat16, torch.float32):
-            row = {"case": name, **one_case(rows // args.scale, width, dtype, device, args.reps, relu)}
+            row = {"case": name, **case(rows // args.scale, width, dtype, device, args.reps, **setting)}
             out["cases"].append(row)
-            print(f"{name:<14} {row['dtype']:<9} torch {row['torch_ms']:8.3f} ms  fused {row['fused_ms']:8.3f} ms  "
-                  f"x{row['fused_over_torch']:.2f}", flush=True)
-            save_json(args.out, out, indent=1)
-    for name, rows, width in PADDED:             # last: a failure here keeps every case above
-        for dtype in (torch.bfloat16, torch.float32):
-            row = {"case": name, **padded_case(rows // args.scale, width, dtype, device, args.reps)}
-            out["cases"].append(row)
-            graph = (f"  graph: prefix ops {row['graph_torch_ms']:8.3f} ms  kernel {row['graph_fused_ms']:8.3f} ms  "
-                     f"x{row['graph_fused_over_torch']:.2f}" if "graph_fused_ms" in row else "")
-            print(f"{name:<16} {row['dtype']:<9} prefix ops {row['torch_ms']:8.3f} ms  kernel {row['fused_ms']:8.3f} "
-                  f"ms  x{row['fused_over_torch']:.2f}{graph}", flush=True)
-            save_json(args.out, out, indent=1)
-    for name, rows, width, train in RESIDUAL:    # after the padded cases: new, the step's limit may cut them
-        for dtype in (torch.bfloat16, torch.float32):
-            row = {"case": name, **residual_case(rows // args.scale, width, dtype, device, args.reps, train)}
-            out["cases"].append(row)
-            print(f"{name:<16} {row['dtype']:<9} torch {row['torch_ms']:8.3f} ms  fused {row['fused_ms']:8.3f} ms  "
-                  f"x{row['fused_over_torch']:.2f}", flush=True)
+            print(printed(row), flush=True)
             save_json(args.out, out, indent=1)
     print(json.dumps(out, indent=1))
     return 0

@@ -38,8 +38,11 @@ breakdown: by phase, by op, by the innermost module of a forward op (``encoder.3
 and by the autograd node of a backward op.
 
 ``--before DIR`` also counts the package at ``DIR`` (e.g. ``git worktree add /tmp/main main``), in a child
-process with ``PYTHONPATH=DIR``, in the same run: ``before`` and ``after`` in one file, ``before`` with ``DIR``'s
-commit state (``bench_io.git_state``: its commit, whether it had changes), as ``--before-label`` may not say.
+process with ``PYTHONPATH=DIR``, in the same run: ``before`` and ``after`` in one file. Each side records the
+commit state (``bench_io.git_state``: its commit, whether it had changes) of the checkout its imported
+``pointgeope`` lives in (``provenance.PACKAGE_PARENT``, its ``package`` folder beside it), not of the folder the
+script was started from or typed after ``--before``: ``PYTHONPATH`` or an editable install elsewhere decides
+which code ran, and ``--before-label`` may not say.
 
 Usage: python bench/launch_count.py [--what step|test] [--amp none|bf16] [--out FILE] [--points 800]
        [--clouds 2] [--presets rpe geope] [--before DIR]
@@ -73,6 +76,7 @@ from launch_counter import (  # noqa: F401 - LaunchCounter, cuda_choices: the te
     cuda_autocast,
     cuda_choices,
 )
+from pointgeope.provenance import PACKAGE_PARENT
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COUNTED = {"step": "one step (forward, loss, backward, SGD foreach)",
@@ -157,7 +161,8 @@ def count(presets: list[str], points: int, clouds: int, what: str = "step", amp:
 
 
 def counted_elsewhere(tree: Path, args) -> dict:
-    """The same count of the package at ``tree`` (this script, ``PYTHONPATH=tree``), in a child process."""
+    """The same count of the package at ``tree`` (this script, ``PYTHONPATH=tree``), in a child process:
+    ``{"package": the folder holding the package the child imported, "presets": its counts}``."""
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     cmd = [sys.executable, __file__, "--json-only", "--points", str(args.points), "--clouds", str(args.clouds),
            "--what", args.what, "--amp", args.amp, "--presets", *args.presets]
@@ -196,24 +201,25 @@ def main() -> int:
     parser.add_argument("--presets", nargs="+", default=["rpe", "geope"])
     parser.add_argument("--before", type=Path, help="also count the package of this source tree, as 'before'")
     parser.add_argument("--before-label", default="", help="what the --before tree is (e.g. 'main at d9b32c7')")
-    parser.add_argument("--json-only", action="store_true", help="print the counts as one JSON line, write nothing")
+    parser.add_argument("--json-only", action="store_true",
+                        help="print the counts and the package's folder as one JSON line, write nothing")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.json_only:
         with contextlib.redirect_stdout(sys.stderr):
             counts = count(args.presets, args.points, args.clouds, args.what, args.amp)
-        print(json.dumps(counts))
+        print(json.dumps({"package": str(PACKAGE_PARENT), "presets": counts}))
         return 0
-    import pointgeope
-
-    out = {"provenance": provenance(1), "points": args.points, "clouds": args.clouds,
-           "package": str(Path(pointgeope.__file__).parent),
+    out = {"provenance": provenance(1, tree=PACKAGE_PARENT), "points": args.points, "clouds": args.clouds,
+           "package": str(PACKAGE_PARENT / "pointgeope"),
            "what": args.what, "amp": args.amp,
            "counted": f"aten ops but views/metadata/allocations, plus Triton launches; {COUNTED[args.what]}, "
                       f"hierarchy given, CUDA's default kernel choices, amp {args.amp} (bench/launch_count.py)"}
     if args.before:
-        out["before"] = {"tree": str(args.before), **git_state(args.before, exclude=(OUTPUTS,)),   # as the loaders'
-                         "label": args.before_label, "presets": counted_elsewhere(args.before, args)}
+        child = counted_elsewhere(args.before, args)
+        out["before"] = {"tree": str(args.before), "package": str(Path(child["package"]) / "pointgeope"),
+                         **git_state(Path(child["package"]), exclude=(OUTPUTS,)),      # as the loaders'
+                         "label": args.before_label, "presets": child["presets"]}
     out["after"] = {"presets": count(args.presets, args.points, args.clouds, args.what, args.amp)}
     if args.before:
         out["saved"] = {p: out["before"]["presets"][p]["launches"] - out["after"]["presets"][p]["launches"]

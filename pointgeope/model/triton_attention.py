@@ -207,7 +207,8 @@ def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, turned_ptr, 
 
 @triton.jit
 def _linear_store(r, m3, pair, col, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA: tl.constexpr, one):
-    """``out[pair, col] = r - q[m, col] (+ delta[pair, col])`` for one component tile of linear GeoPE."""
+    """``out[pair, col] = r - q[m, col] (+ delta[pair, col])`` for one component tile of linear GeoPE's blocks
+    (``r`` the rotated component) or its pass-through channels (``r`` the neighbour's ``x``)."""
     r -= tl.load(q_ptr + m3 * C + col, mask=mask, other=0.0) * one
     if HAS_DELTA:
         r += tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0) * one
@@ -254,10 +255,7 @@ def linear_forward(x_ptr, idx_ptr, disp_ptr, scale_ptr, q_ptr, delta_ptr, out_pt
     limit = C * (1 - tl.minimum(tl.program_id(1), 1))                               # C in block tile 0, else 0
     rest = pairs_in & (p3 < limit)
     r = tl.load(x_ptr + rows * C + p3, mask=rest, other=0.0) * one
-    r -= tl.load(q_ptr + m3 * C + p3, mask=rest, other=0.0) * one
-    if HAS_DELTA:
-        r += tl.load(delta_ptr + pair * C + p3, mask=rest, other=0.0) * one
-    tl.store(out_ptr + pair * C + p3, r.to(out_ptr.dtype.element_ty), mask=rest)
+    _linear_store(r, m3, pair, p3, rest, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA, one)
 
 
 @triton.jit

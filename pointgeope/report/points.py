@@ -34,18 +34,11 @@ def points_of_file(root: str | Path, area: str, checksum: str) -> tuple[str, str
     """``(points checksum, how)`` of the file of ``area`` whose whole-file checksum is ``checksum``, from
     what is at hand under ``root`` (module docstring); ``None`` where nothing there tells."""
     from pointgeope.checksum import file_checksum
-    from pointgeope.data.check import read_manifest
-    from pointgeope.data.identity import area_points, points_of
+    from pointgeope.data.identity import area_points
     from pointgeope.h5 import SchemaError, area_path
 
-    try:
-        manifest = read_manifest(root)
-    except SchemaError:
-        manifest = None
-    points, same = points_of(manifest)
-    listed = manifest.get("checksums") if isinstance(manifest, dict) else None
-    listed = listed.get(area) if isinstance(listed, dict) else None
-    if area in points and (checksum == listed or checksum in same.get(area, [])):
+    listed, points, same = _manifest_lists(root)
+    if area in points and (checksum == listed.get(area) or checksum in same.get(area, [])):
         return points[area], f"{Path(root) / 'manifest.json'}"
     path = area_path(root, area)
     try:
@@ -87,22 +80,14 @@ def current_points(folds: dict[str, dict | None]) -> list[str]:
     ``root/manifest.json`` lists the fold's file checksum as the area's, or among ``same_points[area]``, and
     the two points checksums differ (module docstring); returns one line per fold so changed, as
     :func:`recover_points`'s."""
-    from pointgeope.data.check import read_manifest
-    from pointgeope.data.identity import points_of
-    from pointgeope.h5 import SchemaError
-
     found, manifests = [], {}    # root -> (checksums, same_points) of its manifest: the folds of a run share one
     for fold, settings in folds.items():
         root = settings.get("data.root") if settings else None
         if not isinstance(root, str):
             continue
         if root not in manifests:
-            try:
-                manifest = read_manifest(root)
-            except SchemaError:
-                manifest = None
-            listed = manifest.get("checksums") if isinstance(manifest, dict) else None
-            manifests[root] = (listed if isinstance(listed, dict) else {}, points_of(manifest)[1])
+            listed, _, same = _manifest_lists(root)
+            manifests[root] = listed, same
         listed, same = manifests[root]
         replaced, ruled = [], []
         recorded = sorted(key.removeprefix("data.points.") for key in settings if key.startswith("data.points."))
@@ -117,6 +102,21 @@ def current_points(folds: dict[str, dict | None]) -> list[str]:
         if replaced or ruled:
             found.append(f"{fold} ({_changed_text(replaced, ruled)}: from {Path(root) / 'manifest.json'})")
     return found
+
+
+def _manifest_lists(root: str | Path) -> tuple[dict, dict, dict]:
+    """What ``root/manifest.json`` lists, ``{area: ...}`` each: its file checksums, points checksums and
+    ``same_points`` (``identity.points_of``); empty where there is no manifest or one of no known schema."""
+    from pointgeope.data.check import read_manifest
+    from pointgeope.data.identity import points_of
+    from pointgeope.h5 import SchemaError
+
+    try:
+        manifest = read_manifest(root)
+    except SchemaError:
+        manifest = None
+    listed = manifest.get("checksums") if isinstance(manifest, dict) else None
+    return (listed if isinstance(listed, dict) else {}), *points_of(manifest)
 
 
 def _points_now(root: str, area: str) -> str | None:

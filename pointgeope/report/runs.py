@@ -102,6 +102,11 @@ class RunSummary:
     def num_points(self) -> int:
         return sum(f.num_points for f in self.folds)
 
+    def by_area(self) -> list[tuple[str, FoldResult | None, str]]:
+        """Each of the six test areas in order: ``(area, its fold, "")``, or ``(area, None, why it is missing)``."""
+        folds, reasons = {f.area: f for f in self.folds}, dict(self.missing)
+        return [(area, folds[area], "") if area in folds else (area, None, reasons[area]) for area in AREAS]
+
     def missing_text(self) -> str:
         """``"folds missing: Area_3 (no metrics.json), Area_6 (incomplete)"``, or ``""``."""
         if not self.missing:

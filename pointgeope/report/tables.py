@@ -216,14 +216,11 @@ def per_fold_markdown(run: RunSummary, digits: int = 1) -> str:
     header = ["fold", "points"] + [HEAD[k] for k in MEANS] + list(names)
     align = "|:--|--:|" + "--:|" * (len(MEANS) + len(names))
     lines = [f"**{run.name}: per fold, %**", "", _row(header), align]
-    by_area = {f.area: f for f in run.folds}
-    reasons = dict(run.missing)
-    for area in AREAS:
-        if area in by_area:
-            f = by_area[area]
+    for area, f, why in run.by_area():
+        if f is not None:
             lines.append(_row([area, f"{f.num_points:,}"] + _score_cells(f.scores, digits)))
         else:
-            lines.append(_row([area, f"missing ({reasons[area]})"] + [""] * (len(MEANS) + len(names))))
+            lines.append(_row([area, f"missing ({why})"] + [""] * (len(MEANS) + len(names))))
     lines.append(_row([f"pooled ({counted(len(run.folds), 'fold')})", f"{run.num_points:,}"]
                       + _score_cells(run.pooled, digits)))
     lines.append(_row([f"mean of folds ({len(run.folds)})", ""] + _score_cells(run.mean_of_folds, digits)))
@@ -276,14 +273,11 @@ def csv_text(runs: list[RunSummary]) -> str:
         folds = ";".join(run.areas)
         w.writerow([run.name, "pooled", folds, "ok", run.num_points] + _csv_scores(run.pooled))
         w.writerow([run.name, "mean_of_folds", folds, "ok", ""] + _csv_scores(run.mean_of_folds))
-        by_area = {f.area: f for f in run.folds}
-        reasons = dict(run.missing)
-        for area in AREAS:
-            if area in by_area:
-                f = by_area[area]
+        for area, f, why in run.by_area():
+            if f is not None:
                 w.writerow([run.name, "fold", area, "ok", f.num_points] + _csv_scores(f.scores))
             else:
-                w.writerow([run.name, "fold", area, f"missing: {reasons[area]}", ""] + empty)
+                w.writerow([run.name, "fold", area, f"missing: {why}", ""] + empty)
     for run in runs[1:]:
         for key, attr, _ in KINDS:
             d = difference(getattr(run, attr), getattr(runs[0], attr))

@@ -1,8 +1,10 @@
 """Every bench script that writes a JSON records what produced it through ``bench_io``'s one owner
 (``provenance``, or ``gpu_record.run_record`` / ``tree_state``, built on ``bench_io.git_state``; the GPU
 check's ``host`` is ``bench_io.host``), never by hand: no dictionary of its own with a ``commit``, ``dirty``,
-``cpu_count`` or ``platform`` key, no ``git_commit``/``tree_dirty`` call of its own. A static read of the
-scripts' syntax trees, so it covers the scripts too slow to run in the suite (the loader benches)."""
+``cpu_count`` or ``platform`` key, no ``git_commit``/``tree_dirty`` call of its own, and none in a helper of
+another bench module whose dict it unpacks into its own (``{**helper(), ...}``: that module writes no JSON, so
+its own check passes). A static read of the scripts' syntax trees, so it covers the scripts too slow to run in
+the suite (the loader benches)."""
 from __future__ import annotations
 
 import ast
@@ -53,20 +55,59 @@ def _identity_keys(tree: ast.AST):
                         and isinstance(t.slice, ast.Constant) and t.slice.value in IDENTITY - {"machine"})
 
 
-def problems(source: str) -> list[str]:
-    """What in a bench script's ``source`` writes run identity by hand, or a JSON with no recorder."""
+def _by_hand(tree: ast.AST) -> list[str]:
+    """The hand-written identity in ``tree``: a call of :data:`BY_HAND`, an identity key, a version read."""
+    found = [f"calls {name}() itself" for name in sorted(_called(tree) & BY_HAND)]
+    found += [f"line {line}: writes {key!r} itself" for key, line, value in _identity_keys(tree)
+              if not isinstance(value, ast.Dict)]
+    found += [f"line {value.lineno}: writes a version itself" for node in ast.walk(tree) if isinstance(node, ast.Dict)
+              for value in node.values if isinstance(value, ast.Attribute) and value.attr == "__version__"]
+    return found
+
+
+def _unpacked_calls(tree: ast.AST):
+    """The calls whose dict ``tree`` unpacks into another: ``{**f(), ...}`` and ``dict(**f())``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            yield from (v for k, v in zip(node.keys, node.values, strict=True) if k is None and isinstance(v, ast.Call))
+        elif isinstance(node, ast.Call) and _name(node) == "dict":
+            yield from (kw.value for kw in node.keywords if kw.arg is None and isinstance(kw.value, ast.Call))
+
+
+def _bench_module(module: str) -> str | None:
+    """The source of bench module ``module`` (``None`` for an owner or a module outside bench/)."""
+    path = BENCH / f"{module}.py"
+    return None if path.name in OWNERS or not path.exists() else path.read_text()
+
+
+def _imported_helpers(tree: ast.AST, read) -> list[str]:
+    """The hand-written identity in the functions of other bench modules whose dicts ``tree`` unpacks: ``read``
+    gives a module's source, or ``None`` for an owner or a module outside bench/."""
+    imported = {alias.asname or alias.name: (node.module, alias.name) for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    found = []
+    for call in _unpacked_calls(tree):
+        module, name = imported.get(_name(call), (None, None))
+        source = read(module) if module else None
+        if source is None:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                found += [f"line {call.lineno}: **{name}() from {module}.py {what}" for what in _by_hand(node)]
+    return found
+
+
+def problems(source: str, read=_bench_module) -> list[str]:
+    """What in a bench script's ``source`` writes run identity by hand (itself, or in another bench module's
+    helper whose dict it unpacks; ``read``: a module's source, :func:`_bench_module`), or a JSON with no
+    recorder."""
     tree = ast.parse(source)
     called, found = _called(tree), []
     if not called & WRITERS:
         return []
     if not called & RECORDERS:
         found.append("writes a JSON without bench_io.provenance (or gpu_record.run_record)")
-    found += [f"calls {name}() itself" for name in sorted(called & BY_HAND)]
-    found += [f"line {line}: writes {key!r} itself" for key, line, value in _identity_keys(tree)
-              if not isinstance(value, ast.Dict)]
-    found += [f"line {value.lineno}: writes a version itself" for node in ast.walk(tree) if isinstance(node, ast.Dict)
-              for value in node.values if isinstance(value, ast.Attribute) and value.attr == "__version__"]
-    return found
+    return found + _by_hand(tree) + _imported_helpers(tree, read)
 
 
 def test_the_check_finds_each_kind_of_hand_written_record():
@@ -90,6 +131,24 @@ def test_the_check_finds_a_commit_written_by_item_by_keyword_or_through_write_te
     assert [line for line in found if "writes 'commit' itself" in line] == ["line 2: writes 'commit' itself"]
     assert problems('out["machine"] = json.loads(line)\nsave_json(p, {"provenance": provenance(1)})\n') == []
     assert problems('Path(p).write_text(str({"commit": sha}))\n') == []      # no JSON: not a result
+
+
+def test_the_check_finds_a_record_built_by_another_bench_modules_helper_and_unpacked():
+    """A script writing ``{**helper(), ...}`` with ``helper`` of another bench module that builds its own commit
+    passed: that module writes no JSON (so its own check returned nothing) and the script's dict shows no key."""
+    helper = ('import platform\nfrom bench_io import git_commit\n'
+              'def machine():\n    return {"commit": git_commit(), "platform": platform.platform()}\n'
+              'def sizes():\n    return {"points": 10}\n')
+    modules = {"bench_helper": helper}
+    script = ('from bench_helper import machine, sizes as size_of\n'
+              'save_json(p, {"provenance": provenance(1), **machine(), **size_of()})\n')
+    assert problems(helper, modules.get) == []                    # no JSON written there
+    brought = "line 2: **machine() from bench_helper.py"
+    assert problems(script, modules.get) == [f"{brought} calls git_commit() itself",
+                                             f"{brought} line 4: writes 'commit' itself",
+                                             f"{brought} line 4: writes 'platform' itself"]
+    assert problems(script.replace("**machine()", "**dict(**machine())"), modules.get)[0].startswith(brought)
+    assert problems(script.replace("machine, ", "").replace("**machine(), ", ""), modules.get) == []
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if p.name not in OWNERS))

@@ -274,3 +274,46 @@ def test_hierarchy_json_records_bench_io_provenance(monkeypatch, tmp_path):
     assert prov["commit"] == bench_io.git_commit() and prov["cpu_model"] == bench_io.cpu_model()
     assert set(prov["versions"]) == {"numpy", "torch", "numba", "pykdtree"}
     assert prov["threads"] == torch.get_num_threads() and "1x2000" in got["cases"]
+
+
+def test_bench_norm_runs_each_kind_of_case_in_its_order_and_saves_every_row(monkeypatch, tmp_path, capsys):
+    """``bench_norm.main`` runs the plain and ReLU cases, then the padded ones, then the residual ones (a failure in
+    a later kind keeps the earlier rows), each in bf16 then float32 at ``rows // --scale`` with its own setting,
+    saves each row under ``cases`` named as listed, and prints a line per row (the padded ones' sides named the
+    prefix ops and the kernel)."""
+    import inspect
+    import json
+    import sys
+
+    import bench_norm
+
+    calls = []
+
+    def kind(label, real):
+        def case(*args, **kwargs):                  # the real case's arguments, however they are passed
+            given = inspect.signature(real).bind(*args, **kwargs).arguments
+            rows, width, dtype, _, reps = (given.pop(k) for k in ("rows", "width", "dtype", "device", "reps"))
+            calls.append((label, rows, width, str(dtype)[6:], reps, given))
+            return {"rows": rows, "width": width, "dtype": str(dtype)[6:], "torch_ms": 2.0, "fused_ms": 1.0,
+                    "fused_over_torch": 0.5, **({"valid": rows - rows // 32} if label == "padded" else {})}
+        return case
+    for name, label in (("one_case", "plain"), ("padded_case", "padded"), ("residual_case", "residual")):
+        monkeypatch.setattr(bench_norm, name, kind(label, getattr(bench_norm, name)))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = tmp_path / "norm.json"
+    monkeypatch.setattr(sys, "argv", ["bench_norm.py", "--device", "cpu", "--scale", "1000", "--reps", "3",
+                                      "--out", str(out)])
+    assert bench_norm.main() == 0
+    listed = ([(n, "plain", r, w, {"relu": x}) for n, r, w, x in bench_norm.CASES]
+              + [(n, "padded", r, w, {}) for n, r, w in bench_norm.PADDED]
+              + [(n, "residual", r, w, {"train": x}) for n, r, w, x in bench_norm.RESIDUAL])
+    assert calls == [(label, rows // 1000, width, dtype, 3, setting) for _, label, rows, width, setting in listed
+                     for dtype in ("bfloat16", "float32")]
+    cases = json.loads(out.read_text())["cases"]
+    assert [row["case"] for row in cases] == [name for name, *_ in listed for _ in range(2)]
+    assert cases[0] == {"case": "pairs s1", "rows": 20_480, "width": 32, "dtype": "bfloat16", "torch_ms": 2.0,
+                        "fused_ms": 1.0, "fused_over_torch": 0.5}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["pairs", "s1", "bfloat16", "torch", "2.000", "ms", "fused", "1.000", "ms", "x0.50"]
+    assert lines[2 * len(bench_norm.CASES)].split()[4:] == ["prefix", "ops", "2.000", "ms", "kernel", "1.000", "ms",
+                                                            "x0.50"]

@@ -245,18 +245,41 @@ def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, 
 
 def test_the_before_tree_is_recorded_with_its_commit_state(launch_count, checkout, git, monkeypatch, tmp_path):
     """``--before DIR`` recorded the tree's path and the label typed beside it: not which commit it counted, where
-    ``bench_loader_compare.py --before`` records the other checkout's commit state."""
+    ``bench_loader_compare.py --before`` records the other checkout's commit state. The state is that of the
+    checkout the child imported its package from (here ``checkout``), not of the folder typed (``tmp_path``)."""
     import json
     import sys
 
     counts = {"rpe": {"launches": 5}}
     monkeypatch.setattr(launch_count, "count", lambda *args: counts)
-    monkeypatch.setattr(launch_count, "counted_elsewhere", lambda tree, args: {"rpe": {"launches": 7}})
+    monkeypatch.setattr(launch_count, "counted_elsewhere",
+                        lambda tree, args: {"package": str(checkout), "presets": {"rpe": {"launches": 7}}})
     (checkout / "code.py").write_text("x = 2\n")
     out = tmp_path / "counts.json"
     monkeypatch.setattr(sys, "argv", ["launch_count.py", "--what", "test", "--presets", "rpe", "--before",
-                                      str(checkout), "--out", str(out)])
+                                      str(tmp_path), "--out", str(out)])
     assert launch_count.main() == 0
-    before = json.loads(out.read_text())["before"]
-    assert (before["tree"], before["commit"], before["dirty"]) == (str(checkout), git(checkout, "rev-parse", "HEAD"),
+    got = json.loads(out.read_text())
+    before = got["before"]
+    assert (before["tree"], before["commit"], before["dirty"]) == (str(tmp_path), git(checkout, "rev-parse", "HEAD"),
                                                                    True)
+    assert before["package"] == str(checkout / "pointgeope") and got["saved"] == {"rpe": 2}
+
+
+def test_the_counted_package_records_its_own_checkouts_commit_not_the_working_folders(launch_count, checkout, git,
+                                                                                        monkeypatch, tmp_path):
+    """The file's ``provenance`` was the commit of the tree the script sits in, whichever package was imported
+    (``PYTHONPATH`` or an editable install elsewhere): now the checkout holding the imported package."""
+    import json
+    import sys
+
+    import bench_io
+
+    monkeypatch.setattr(launch_count, "count", lambda *args: {"rpe": {"launches": 5}})
+    monkeypatch.setattr(launch_count, "PACKAGE_PARENT", checkout)      # the package imported from ``checkout``
+    out = tmp_path / "counts.json"
+    monkeypatch.setattr(sys, "argv", ["launch_count.py", "--what", "test", "--presets", "rpe", "--out", str(out)])
+    assert launch_count.main() == 0
+    got = json.loads(out.read_text())
+    assert got["provenance"]["commit"] == git(checkout, "rev-parse", "HEAD") != bench_io.git_commit()
+    assert (got["provenance"]["dirty"], got["package"]) == (False, str(checkout / "pointgeope"))

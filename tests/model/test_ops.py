@@ -1,6 +1,9 @@
 """Tests of pointgeope/model/ops: every backend against brute force, FPS's selection property."""
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 
@@ -32,8 +35,19 @@ def _brute_knn(query, support, k, q_off, s_off):
     return torch.cat(dist_rows)
 
 
-@pytest.mark.parametrize("backend", KNN)
-def test_knn_matches_brute_force_with_ragged_batches(backend):
+def _small_cloud_cluster(monkeypatch):
+    """torch-cluster as ``knn`` finds it, a stand-in that refuses to search where the package is not installed:
+    a batch with a cloud smaller than ``k`` takes the torch path cloud by cloud and never calls it."""
+    if not backends.available("cluster"):
+        monkeypatch.setitem(backends._FOUND, "cluster", True)
+        monkeypatch.setitem(sys.modules, "torch_cluster", types.SimpleNamespace(knn=lambda *a: pytest.fail("called")))
+
+
+@pytest.mark.parametrize("backend", [*KNN, "cluster"])
+def test_knn_matches_brute_force_with_ragged_batches(backend, monkeypatch):
+    """``cluster``: the small-cloud path (torch-cluster's kNN is never called for this batch)."""
+    if backend == "cluster":
+        _small_cloud_cluster(monkeypatch)
     support, s_off = _clouds([300, 5, 180], seed=1)          # the middle cloud is smaller than k
     query, q_off = _clouds([40, 7, 60], seed=2)
     k = 16

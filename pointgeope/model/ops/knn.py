@@ -114,6 +114,13 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         idx, dist2 = _knn_cluster(query, support, k, q_off, s_off)
         return idx, dist2.to(out_dtype)
     fn = {"numba": _cloud_numba, "pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
+    return _cloud_by_cloud(fn, query, support, k, q_off, s_off)
+
+
+def _cloud_by_cloud(fn, query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]):
+    """``fn(query rows, support rows, min(k, support rows))`` of each cloud in turn, as ``knn`` returns them (``query``
+    and ``support`` of one dtype): global int64 rows, each cloud's filled to ``k`` columns (:func:`_fill`)."""
+    out_dtype = geometry_dtype(query.dtype)
     idx_parts, dist_parts = [], []
     q_start = s_start = 0
     for q_end, s_end in zip(q_off, s_off, strict=True):
@@ -363,15 +370,7 @@ def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off
     import torch_cluster
 
     if min(counts(s_off)) < k:
-        idx_parts, dist_parts = [], []
-        q_start = s_start = 0
-        for q_end, s_end in zip(q_off, s_off, strict=True):
-            k_eff = min(k, s_end - s_start)
-            idx, dist2 = _cloud_torch(query[q_start:q_end], support[s_start:s_end], k_eff)
-            idx_parts.append(_fill(idx + s_start, k, k_eff))
-            dist_parts.append(_fill(dist2, k, k_eff))
-            q_start, s_start = q_end, s_end
-        return torch.cat(idx_parts), torch.cat(dist_parts)
+        return _cloud_by_cloud(_cloud_torch, query, support, k, q_off, s_off)
     device = query.device
     q_batch = cloud_of_rows(torch.tensor(q_off, device=device), q_off[-1])
     s_batch = cloud_of_rows(torch.tensor(s_off, device=device), s_off[-1])

@@ -29,19 +29,29 @@ def _state(fixture, name):
     return {**first, **fixture["variants"][name]["state_dict"]}
 
 
+def _features(fixture, kwargs: dict, state: dict, train: bool, seed: int) -> torch.Tensor:
+    """The features of ``PointTransformerV3(**kwargs)`` with the weights ``state``, in train mode or eval, on the
+    fixture's inputs after ``torch.manual_seed(seed)`` (the orders' shuffle and DropPath draw from it)."""
+    model = PointTransformerV3(**kwargs)
+    model.load_state_dict(state, strict=True)
+    model.train(train)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return model(**fixture["inputs"])
+
+
+def _assert_pointcepts(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """``out`` is Pointcept's ``ref``: the same shape, every value within 1e-5 of ``ref``'s largest."""
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()
+
+
 @pytest.mark.parametrize("name", ["flash", "fallback", "train"])
 def test_features_equal_pointcepts(fixture, name):
     """``train``: batch norms on batch statistics and DropPath's draws between the order shuffles."""
     variant = fixture["variants"][name]
-    model = PointTransformerV3(**variant["kwargs"])
-    model.load_state_dict(_state(fixture, name), strict=True)
-    model.train(name == "train")
-    torch.manual_seed(variant["seed"])
-    with torch.no_grad():
-        out = model(**fixture["inputs"])
-    ref = variant["out"]
-    assert out.shape == ref.shape
-    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()
+    _assert_pointcepts(_features(fixture, variant["kwargs"], _state(fixture, name), name == "train", variant["seed"]),
+                       variant["out"])
 
 
 @pytest.mark.parametrize("name", ["odd", "fallback_train", "encoder"])
@@ -51,16 +61,8 @@ def test_features_equal_pointcepts_off_the_base_path(fixture, name):
     the fallback with RPE and upcast_softmax in train mode with DropPath and dropout; the encoder only (enc_mode,
     ``flash``'s weights), whose rows are the coarsest stage's in its pooled order, as Pointcept's."""
     config = fixture["configs"][name]
-    model = PointTransformerV3(**config["kwargs"])
     state = config["state_dict"] or {k: v for k, v in _state(fixture, "flash").items() if not k.startswith("dec.")}
-    model.load_state_dict(state, strict=True)
-    model.train(config["train"])
-    torch.manual_seed(config["seed"])
-    with torch.no_grad():
-        out = model(**fixture["inputs"])
-    ref = config["out"]
-    assert out.shape == ref.shape
-    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()
+    _assert_pointcepts(_features(fixture, config["kwargs"], state, config["train"], config["seed"]), config["out"])
 
 
 def test_other_seed_shuffles_other_orders(fixture):
