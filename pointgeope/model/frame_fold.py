@@ -16,8 +16,9 @@ documented for those): the kernel reads each block's nine entries, not the five 
 What it costs: every pair reads its source point's nine coefficients a block and does 18 multiply-adds a block, where
 the default path reads the turned point (3 values a block) and does 9: on a GPU it pays where launches, not the
 pairs, set the step's time (2 x 80k points), and may not where the pairs do (16 x 80k). No GPU has timed it yet, so
-it is off by default: :data:`FOLD` (or :func:`folding` for a block) turns it on for the process, as
-``gather_backward.SCATTER`` chooses that op's sums, and ``bench/gpu_check.sh`` times both to decide. Where it is on,
+it is off by default: ``POINTGEOPE_FRAME_FOLD=1`` (a switch, read at each call by :func:`folds`, as
+``kernel_choice``'s are), or :data:`FOLD` set in code (:func:`folding` for a block), turns it on for the process,
+as ``gather_backward.SCATTER`` chooses that op's sums; ``bench/gpu_check.sh`` times both to decide. Where it is on,
 its registry entry decides as the other fused ops' do (Triton on CUDA, ``POINTGEOPE_KERNELS``, failures). It sums
 with atomics, so under ``torch.use_deterministic_algorithms(True)`` or ``gather_backward.SCATTER = "sorted"`` the
 default path runs (its sums by source point). A kernel that fails falls back to the torch reference, as every fused
@@ -26,6 +27,7 @@ op does.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
@@ -33,17 +35,24 @@ from torch import Tensor
 
 from pointgeope.model.attention_reference import out_dtype, ref_frame
 from pointgeope.model.first_order import KERNEL_WAY, first_order_only
-from pointgeope.model.kernel_choice import kernel_module
+from pointgeope.model.kernel_choice import kernel_module, parse_switch
 
-__all__ = ["FoldedFrame", "NAME", "FOLD", "folding", "blocks"]
+__all__ = ["FoldedFrame", "NAME", "ENV", "FOLD", "folds", "folding", "blocks"]
 
 NAME = "frame_relation_fold"        # its entry in fused_attention.KERNELS and the registry
-FOLD = False                        # whether frame_relation folds the points' turn in (module docstring)
+ENV = "POINTGEOPE_FRAME_FOLD"       # the environment's switch (default off)
+FOLD: bool | None = None            # set in code: whether frame_relation folds; None: the environment's switch
+
+
+def folds() -> bool:
+    """Whether ``frame_relation`` folds the points' turn into its kernel: :data:`FOLD` where set, else
+    ``POINTGEOPE_FRAME_FOLD`` (off when unset; a value other than a switch's words: one line, ``KernelChoiceError``)."""
+    return FOLD if FOLD is not None else parse_switch(ENV, os.environ.get(ENV), False)
 
 
 @contextlib.contextmanager
 def folding(on: bool = True) -> Iterator[None]:
-    """:data:`FOLD` set to ``on`` inside the block, then restored (benchmarks, tests): a setting of the process."""
+    """:data:`FOLD` set to ``on`` inside the block, then restored (tests): a setting of the process."""
     global FOLD  # noqa: PLW0603 - the process-wide setting this block sets and restores
     saved, FOLD = FOLD, on
     try:

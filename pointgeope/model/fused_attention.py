@@ -31,7 +31,7 @@ and the op stays on torch for the rest of the process.
 What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
 ``geope+rpe`` (standard GeoPE with fixed frequencies): relation (``frame_relation``: the points turned once by
 ``rotation.apply_shifted``, then gather, turn back by the query's tables, subtract and add in one kernel; or,
-with ``frame_fold.FOLD``, every pair turned by both rotations in that kernel, ``frame_fold.py``) and
+with ``POINTGEOPE_FRAME_FOLD=1``, every pair turned by both rotations in that kernel, ``frame_fold.py``) and
 aggregation; ``lingeope``, ``lingeope+rpe`` with fixed frequencies: relation (``linear_relation``: Rodrigues per
 pair and block) and aggregation; ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the
 aggregation only, their relations stay on today's kernels (``rope.py``, ``rotation.py``,
@@ -283,10 +283,10 @@ def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Ten
     ``x (N, C)``, ``idx (N, k)``, the points' ``rotation_tables (5, N, C)`` (constant: fixed frequencies),
     ``q (N, C)``, ``delta (N, k, C)`` or ``None``; the same relation as ``rotation.query_frame``. Arguments
     checked first (``attention_checks``; ``check_index=False`` skips idx's range: one pass, a sync on CUDA).
-    With ``frame_fold.FOLD`` on, the points' turn runs in the relation's kernel (``frame_relation_fold``):
-    one launch each way, not two."""
+    With ``frame_fold.folds()`` (``POINTGEOPE_FRAME_FOLD=1``), the points' turn runs in the relation's kernel
+    (``frame_relation_fold``): one launch each way, not two."""
     attention_checks.check_frame(x, idx, tables, q, delta, check_index)
-    fold = frame_fold.FOLD and not gather_backward.sorted_backward() and enabled(frame_fold.NAME, x.device)
+    fold = frame_fold.folds() and not gather_backward.sorted_backward() and enabled(frame_fold.NAME, x.device)
     return KERNELS[frame_fold.NAME if fold else "frame_relation"](x.device, x, idx, tables, q, delta)
 
 
@@ -380,7 +380,7 @@ def _check(name: str):
 # The fused ops in the kernel registry: Triton forward (whose backward dispatches under the same name) and the
 # torch reference of the same formula; their backward sums gradients into source rows with atomics, or (but
 # linear GeoPE's) by source point (gather_backward.SCATTER: under deterministic algorithms by default). The folded
-# frame relation runs only where frame_fold.FOLD asks for it (off: not yet timed on a GPU), with atomics.
+# frame relation runs only where frame_fold.folds() asks for it (off: not yet timed on a GPU), with atomics.
 KERNELS = {name: kernels.register(name, fn, ref, atomics=atomics, check=_check(name)) for name, fn, ref, atomics in (
     ("relation", _Relation.apply, ref_relation, gather_backward.atomics),
     ("frame_relation", _FrameRelation.apply, ref_frame, gather_backward.atomics),

@@ -141,6 +141,24 @@ def test_off_by_default_and_never_under_sorted_sums(monkeypatch):
         assert which() == ["frame_relation"]
 
 
+def test_the_environment_switch_and_its_one_line_error(monkeypatch):
+    """``POINTGEOPE_FRAME_FOLD`` where ``FOLD`` is not set in code: off unset, a switch's words, one line naming the
+    variable for anything else; ``FOLD`` set in code wins."""
+    from pointgeope.model import frame_fold
+    from pointgeope.model.kernel_choice import KernelChoiceError
+
+    monkeypatch.delenv(frame_fold.ENV, raising=False)
+    assert not frame_fold.folds()
+    for raw, on in (("1", True), ("Yes", True), ("off", False)):
+        monkeypatch.setenv(frame_fold.ENV, raw)
+        assert frame_fold.folds() is on
+        with folding(not on):
+            assert frame_fold.folds() is not on
+    monkeypatch.setenv(frame_fold.ENV, "fold")
+    with pytest.raises(KernelChoiceError, match=r"^POINTGEOPE_FRAME_FOLD: expected one of 1, true.*got 'fold'$"):
+        frame_fold.folds()
+
+
 def test_a_geope_layers_step_with_the_fold_launches_no_turn_of_the_points(launched, torch_batch_norm):
     """A standard GeoPE layer's training step: with the fold, the relation's kernels alone (no ``shifted`` launch of
     ``apply_shifted``, forward or backward); output and gradients as without it."""
