@@ -102,6 +102,38 @@ def test_a_stage_computes_its_displacements_once(launch_count, pe):
             counter.ops["forward", "triton:tables"] == len(first)
 
 
+def test_the_frame_fold_takes_the_turn_of_the_points_out_two_launches_a_layer(launch_count):
+    """A ``geope`` training step of a tiny network counted with and without ``POINTGEOPE_FRAME_FOLD``: folded, no
+    ``apply_shifted`` launch (the points' turn forward, its adjoint backward), the relation's kernels one each way
+    in every layer, and nothing else changed: 2 launches a layer fewer."""
+    from pointgeope.model import PointTransformerSeg
+    from pointgeope.model.frame_fold import folding
+
+    g = torch.Generator().manual_seed(0)
+    coord = torch.rand(120, 3, generator=g) * 3
+    feat, offset = torch.cat([torch.rand(120, 3, generator=g), coord], dim=1), torch.tensor([70, 120])
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe="geope", **TINY).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    layers = sum(type(m).__name__ == "PointTransformerLayer" for m in model.modules())
+
+    def step():
+        optimizer.zero_grad()
+        model(coord, feat, offset).square().mean().backward()
+        optimizer.step()
+
+    counts = {}
+    for fold in (False, True):
+        with folding(fold):
+            counts[fold] = launch_count.count_step(step, model, optimizer)
+    plain, folded = counts[False], counts[True]
+    assert plain.ops["forward", "triton:shifted"] == plain.ops["backward", "triton:shifted"] == layers
+    assert folded.ops["forward", "triton:shifted"] == folded.ops["backward", "triton:shifted"] == 0
+    assert folded.ops["forward", "triton:fold_forward"] == folded.ops["backward", "triton:fold_backward"] == layers
+    assert plain.ops["forward", "triton:frame_forward"] == plain.ops["backward", "triton:frame_backward"] == layers
+    assert sum(plain.ops.values()) - sum(folded.ops.values()) == 2 * layers
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_a_norms_backward_launches_its_two_kernels_and_nothing_else(launch_count, train):
     """``BatchNormReLU`` on the CUDA path: its backward is ``grad_sums`` (the partial sums, and their reduction by
