@@ -103,35 +103,31 @@ def test_a_stage_computes_its_displacements_once(launch_count, pe):
 
 
 def test_the_frame_fold_takes_the_turn_of_the_points_out_two_launches_a_layer(launch_count):
-    """A ``geope`` training step of a tiny network counted with and without ``POINTGEOPE_FRAME_FOLD``: folded, no
-    ``apply_shifted`` launch (the points' turn forward, its adjoint backward), the relation's kernels one each way
-    in every layer, and nothing else changed: 2 launches a layer fewer."""
-    from pointgeope.model import PointTransformerSeg
+    """A ``geope`` layer's forward and backward on the CUDA path, counted with and without the fold
+    (``POINTGEOPE_FRAME_FOLD``, :func:`frame_fold.folding` here): folded, no ``apply_shifted`` launch (the points'
+    turn forward, its adjoint backward), the relation's kernel one launch each way, nothing else changed: 2 fewer."""
+    from pointgeope.model import PointTransformerLayer
     from pointgeope.model.frame_fold import folding
 
-    g = torch.Generator().manual_seed(0)
-    coord = torch.rand(120, 3, generator=g) * 3
-    feat, offset = torch.cat([torch.rand(120, 3, generator=g), coord], dim=1), torch.tensor([70, 120])
+    g = torch.Generator().manual_seed(4)
+    coord, feat = torch.rand(30, 3, generator=g) * 2, torch.randn(30, 24, generator=g)
+    idx = torch.cdist(coord, coord).topk(6, largest=False).indices
     torch.manual_seed(0)
-    model = PointTransformerSeg(pe="geope", **TINY).train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    layers = sum(type(m).__name__ == "PointTransformerLayer" for m in model.modules())
-
-    def step():
-        optimizer.zero_grad()
-        model(coord, feat, offset).square().mean().backward()
-        optimizer.step()
-
+    layer = PointTransformerLayer(24, share_planes=4, neighbours=6, pe="geope").train()
     counts = {}
     for fold in (False, True):
-        with folding(fold):
-            counts[fold] = launch_count.count_step(step, model, optimizer)
-    plain, folded = counts[False], counts[True]
-    assert plain.ops["forward", "triton:shifted"] == plain.ops["backward", "triton:shifted"] == layers
-    assert folded.ops["forward", "triton:shifted"] == folded.ops["backward", "triton:shifted"] == 0
-    assert folded.ops["forward", "triton:fold_forward"] == folded.ops["backward", "triton:fold_backward"] == layers
-    assert plain.ops["forward", "triton:frame_forward"] == plain.ops["backward", "triton:frame_backward"] == layers
-    assert sum(plain.ops.values()) - sum(folded.ops.values()) == 2 * layers
+        with folding(fold), launch_count.cuda_choices():
+            layer(coord, feat.clone().requires_grad_(), idx).sum().backward()      # the first: the norms' tickets
+            counter = launch_count.LaunchCounter()
+            with counter.triton_launches(), counter:
+                layer(coord, feat.clone().requires_grad_(), idx).sum().backward()
+        counts[fold] = counter
+    plain, folded = counts[False].ops, counts[True].ops
+    assert plain["forward", "triton:shifted"] == plain["backward", "triton:shifted"] == 1
+    assert folded["forward", "triton:shifted"] == folded["backward", "triton:shifted"] == 0
+    assert plain["forward", "triton:frame_forward"] == plain["backward", "triton:frame_backward"] == 1
+    assert folded["forward", "triton:fold_forward"] == folded["backward", "triton:fold_backward"] == 1
+    assert counts[False].total() - counts[True].total() == 2
 
 
 @pytest.mark.parametrize("train", [True, False])
