@@ -14,7 +14,7 @@ must be block diagonal in blocks of three channels (``rotation.rotation_tables``
 documented for those): the kernel reads each block's nine entries, not the five shifts of a banded matrix.
 
 What it costs: every pair reads its source point's nine coefficients a block and does 18 multiply-adds a block, where
-the default path reads the turned point (3 values a block) and does 9: on a GPU it pays where launches, not the
+the default path reads the turned point (3 values a block) and does 15 (five shifts a channel): on a GPU it pays where launches, not the
 pairs, set the step's time (2 x 80k points), and may not where the pairs do (16 x 80k). No GPU has timed it yet, so
 it is off by default: ``POINTGEOPE_FRAME_FOLD=1`` (a switch, read at each call by :func:`folds`, as
 ``kernel_choice``'s are), or :data:`FOLD` set in code (:func:`folding` for a block), turns it on for the process,
