@@ -14,15 +14,15 @@ must be block diagonal in blocks of three channels (``rotation.rotation_tables``
 documented for those): the kernel reads each block's nine entries, not the five shifts of a banded matrix.
 
 What it costs: every pair reads its source point's nine coefficients a block and does 18 multiply-adds a block, where
-the default path reads the turned point (3 values a block) and does 15 (five shifts a channel): on a GPU it pays where launches, not the
-pairs, set the step's time (2 x 80k points), and may not where the pairs do (16 x 80k). No GPU has timed it yet, so
-it is off by default: ``POINTGEOPE_FRAME_FOLD=1`` (a switch, read at each call by :func:`folds`, as
-``kernel_choice``'s are), or :data:`FOLD` set in code (:func:`folding` for a block), turns it on for the process,
-as ``gather_backward.SCATTER`` chooses that op's sums; ``bench/gpu_check.sh`` times both to decide. Where it is on,
-its registry entry decides as the other fused ops' do (Triton on CUDA, ``POINTGEOPE_KERNELS``, failures). It sums
-with atomics, so under ``torch.use_deterministic_algorithms(True)`` or ``gather_backward.SCATTER = "sorted"`` the
-default path runs (its sums by source point). A kernel that fails falls back to the torch reference, as every fused
-op does.
+the default path reads the turned point (3 values a block) and does 15 (five shifts a channel): on a GPU it pays
+where launches, not the pairs, set the step's time (2 x 80k points), and may not where the pairs do (16 x 80k).
+No GPU has timed it yet, so it is off by default: ``POINTGEOPE_FRAME_FOLD=1`` (a switch, read at each call by
+:func:`folds`, as ``kernel_choice``'s are), or :data:`FOLD` set in code (:func:`folding` for a block), turns it on for
+the process, as ``gather_backward.SCATTER`` chooses that op's sums; ``bench_train_step.py --kernels default frame_fold``
+times both on a GPU to decide (docs/gpu.md). Where it is on, its registry entry decides as the other fused ops' do
+(Triton on CUDA, ``POINTGEOPE_KERNELS``, failures). It sums with atomics, so under
+``torch.use_deterministic_algorithms(True)`` or ``gather_backward.SCATTER = "sorted"`` the default path runs (its sums
+by source point). A kernel that fails falls back to the torch reference, as every fused op does.
 """
 from __future__ import annotations
 
