@@ -38,7 +38,9 @@ preset, so a run cut short keeps what it measured.
 every preset x kernels x ``--amps`` (float32 ``none`` and ``bf16``) case, given hierarchy, interleaved.
 ``default`` is the device's default path (``POINTGEOPE_KERNELS`` unset); ``torch_norm`` is that path with torch's
 batch norm and ReLU instead of the fused op (``norm.py``, the CUDA default since GPU run 6), so
-``--kernels torch_norm default`` times the step with and without it.
+``--kernels torch_norm default`` times the step with and without it; ``frame_fold`` is the default path with
+GeoPE's relation turning the points in its kernel (``frame_fold.py``): ``--kernels default frame_fold --presets
+geope`` decides whether the fold becomes the default.
 
 Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
        [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240] [--profile]
@@ -315,7 +317,7 @@ def main() -> int:
     parser.add_argument("--loader-only", action="store_true", help="only the --loader-samples part (no step)")
     parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
                         help="batch sizes (clouds of --points) of the hierarchy-per-backend part (none: skip it)")
-    parser.add_argument("--kernels", nargs="+", choices=("default", "torch_norm", "torch", "triton"),
+    parser.add_argument("--kernels", nargs="+", choices=("default", "torch_norm", "frame_fold", "torch", "triton"),
                         help="compare attention kernels instead (run_kernels), at every precision of --amps")
     parser.add_argument("--amps", nargs="+", choices=sorted(AMP), default=["none", "bf16"])
     parser.add_argument("--beside-steps", type=int, default=4,

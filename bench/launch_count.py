@@ -37,6 +37,9 @@ about ``ceil(tensors / 110)``), or none (a copy onto itself); ``tensor.item()`` 
 breakdown: by phase, by op, by the innermost module of a forward op (``encoder.3.1.attention``, summed by class)
 and by the autograd node of a backward op.
 
+The package's switches set in the environment (``POINTGEOPE_*``, e.g. ``POINTGEOPE_FRAME_FOLD=1``: GeoPE's
+relation with the points' turn in its kernel) hold for both sides and are recorded (``switches``).
+
 ``--before DIR`` also counts the package at ``DIR`` (e.g. ``git worktree add /tmp/main main``), in a child
 process with ``PYTHONPATH=DIR``, in the same run: ``before`` and ``after`` in one file. Each side records the
 commit state (``bench_io.git_state``: its commit, whether it had changes) of the checkout its imported
@@ -213,6 +216,7 @@ def main() -> int:
     out = {"provenance": provenance(1, tree=PACKAGE_PARENT), "points": args.points, "clouds": args.clouds,
            "package": str(PACKAGE_PARENT / "pointgeope"),
            "what": args.what, "amp": args.amp,
+           "switches": {k: v for k, v in sorted(os.environ.items()) if k.startswith("POINTGEOPE_")},  # both sides
            "counted": f"aten ops but views/metadata/allocations, plus Triton launches; {COUNTED[args.what]}, "
                       f"hierarchy given, CUDA's default kernel choices, amp {args.amp} (bench/launch_count.py)"}
     if args.before:

@@ -2,9 +2,10 @@
 
 ``torch`` and ``triton`` force ``POINTGEOPE_KERNELS``; ``default`` leaves it unset (the device's default);
 ``torch_norm`` is the default with torch's batch norms (with the ReLU and the blocks' third, without) instead of
-the fused ops (``norm.py``; the ReLU's a CUDA default since GPU run 6). Each case's time and peak memory, and
-its ratios to ``rpe``, to the ``torch``, ``default`` and ``torch_norm`` paths and to float32 of the same preset
-and path.
+the fused ops (``norm.py``; the ReLU's a CUDA default since GPU run 6); ``frame_fold`` is the default with
+standard GeoPE's relation folding the points' turn into its kernel (``frame_fold.py``, off by default). Each case's
+time and peak memory, and its ratios to ``rpe``, to the ``torch``, ``default``, ``torch_norm`` and ``frame_fold``
+paths and to float32 of the same preset and path.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ class KernelCase(Case):
             return super().step(given)
         if self.kernels == "torch_norm":
             return self._torch_norm_step(given)
+        if self.kernels == "frame_fold":
+            from pointgeope.model.frame_fold import folding
+            with folding():
+                return super().step(given)
         with kernel_choice.forced(self.kernels):
             super().step(given)
 
@@ -72,6 +77,7 @@ def run_kernels(args, out: dict, write) -> None:
         pe, kern, amp = name.split("/")
         for label, other in (("vs_rpe", f"rpe/{kern}/{amp}"), ("vs_torch", f"{pe}/torch/{amp}"),
                              ("vs_default", f"{pe}/default/{amp}"), ("vs_torch_norm", f"{pe}/torch_norm/{amp}"),
+                             ("vs_frame_fold", f"{pe}/frame_fold/{amp}"),
                              ("vs_float32", f"{pe}/{kern}/none")):
             if other in out["cases"] and other != name:
                 row[f"{label}_time"] = row["step_s"] / out["cases"][other]["step_s"]

@@ -6,7 +6,8 @@ For each kernel at the settings its caller launches it with and each target (sm_
 error, the float32 fused multiply-adds in the PTX and the shared memory. Ops: kNN for k = 3, 8, 16, 32 and its
 largest, ``backends.TRITON_KNN_MAX_K`` = 64; both FPS
 kernels at 80k points per cloud; their PTX must hold no fused multiply-add (the results are defined with one
-rounding per operation, ``enable_fp_fusion=False``). Attention: the eight kernels as ``fused_attention``
+rounding per operation, ``enable_fp_fusion=False``). Attention: the ten kernels (the folded frame's,
+``triton_frame_fold``, with them) as ``fused_attention``
 launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..512,
 ``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
 (it runs on CUDA too: ``kernels.use_triton`` takes Triton there for any dtype) and without ``delta``; atomics and
@@ -50,11 +51,13 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from pointgeope.model import (
+    frame_fold,
     fused_attention,
     gather_backward,
     norm,
     shifted_kernel,
     triton_attention as att,
+    triton_frame_fold as fold,
     triton_gather as gat,
     triton_norm,
     triton_rotation,
@@ -103,7 +106,7 @@ def attention_signatures(t: str, acc: str) -> dict:
 
 
 def attention_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
-    """The eight attention kernels at ``fused_attention``'s tiles for each recipe width and k (distinct
+    """The ten attention kernels at ``fused_attention``'s tiles for each recipe width and k (distinct
     tiles only), float32 and bfloat16 with ``delta``; at k = 16, width 64 also float64 and without ``delta``
     (quick: k = 16, width 64, bfloat16, with ``delta``)."""
     out = {}
@@ -119,17 +122,18 @@ def attention_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
 
 
 def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
-    """{name: (kernel, signature, constexprs, options)} of the eight kernels (forwards only without ``delta``,
+    """{name: (kernel, signature, constexprs, options)} of the ten kernels (forwards only without ``delta``,
     but aggregate's backward) at k neighbours, width c, tensors of type t, as ``fused_attention`` launches them
     (its ``tiles`` and ``WARPS``)."""
     f64 = t == "fp64"
     names = dict(aggregate=("BLOCK_G", c // SHARE), relation=("BLOCK_C", min(c, 64)), frame=("BLOCK_C", min(c, 64)),
-                 linear=("BLOCK_B", min(c // 3, 32)))
-    op_of = dict(aggregate="aggregate", relation="relation", frame="frame_relation", linear="linear_relation")
+                 linear=("BLOCK_B", min(c // 3, 32)), fold=("BLOCK_B", min(frame_fold.blocks(c), 32)))
+    op_of = dict(aggregate="aggregate", relation="relation", frame="frame_relation", linear="linear_relation",
+                 fold=frame_fold.NAME)
     grads = dict(aggregate=dict(GRAD_V=False, STORE_P=True, GRAD_DELTA=delta, HAS_DELTA=delta),   # SCATTER sorted
                  relation=dict(GRAD_KEY=True, GRAD_Q=True),
                  frame=dict(GRAD_POINTS=True, GRAD_Q=True, STORE_TURNED=False),
-                 linear=dict(GRAD_X=True, GRAD_Q=True))
+                 linear=dict(GRAD_X=True, GRAD_Q=True), fold=dict(GRAD_X=True, GRAD_Q=True))
     sig, out = attention_signatures(t, acc), {}
     options = dict(FUSED, num_warps=fused_attention.WARPS)
     for op, (block, width) in names.items():
@@ -140,7 +144,7 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
             tile = dict(BLOCK_M=bm, BLOCK_K=bk, **{block: bw}, **(dict(S=SHARE) if op == "aggregate" else {}))
             tag = f"{t}{'' if delta else '_nodelta'}_tile{bm}_{bk}_{bw}"
             meta = dict(tile, F64=f64, **(grads[op] if backward else dict(HAS_DELTA=delta)))
-            kernel = getattr(att, f"{op}_{'backward' if backward else 'forward'}")
+            kernel = getattr(fold if op == "fold" else att, f"{op}_{'backward' if backward else 'forward'}")
             out[f"att_{op}_{'backward' if backward else 'forward'}_{tag}"] = (kernel, sig, meta, options)
             if backward and op == "aggregate":        # the values' gradient with atomics (SCATTER "atomic")
                 atomic = dict(meta, GRAD_V=True, STORE_P=False)

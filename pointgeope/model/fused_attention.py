@@ -30,9 +30,10 @@ and the op stays on torch for the rest of the process.
 
 What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
 ``geope+rpe`` (standard GeoPE with fixed frequencies): relation (``frame_relation``: the points turned once by
-``rotation.apply_shifted``, then gather, turn back by the query's tables, subtract and add in one kernel) and
-aggregation; ``lingeope``, ``lingeope+rpe`` with fixed frequencies: relation (``linear_relation``: Rodrigues
-per pair and block) and aggregation; ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the
+``rotation.apply_shifted``, then gather, turn back by the query's tables, subtract and add in one kernel; or,
+with ``POINTGEOPE_FRAME_FOLD=1``, every pair turned by both rotations in that kernel, ``frame_fold.py``) and
+aggregation; ``lingeope``, ``lingeope+rpe`` with fixed frequencies: relation (``linear_relation``: Rodrigues per
+pair and block) and aggregation; ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the
 aggregation only, their relations stay on today's kernels (``rope.py``, ``rotation.py``,
 ``linear_rotation.py``; compiled on CUDA by ``geope_pairs.py``), as does a ``geope`` value term (then nothing is
 fused after the weight MLP).
@@ -45,7 +46,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from pointgeope.model import attention_checks, gather_backward, kernels
+from pointgeope.model import attention_checks, frame_fold, gather_backward, kernels
 from pointgeope.model.attention_reference import (
     acc_dtype,
     out_dtype,
@@ -78,12 +79,13 @@ WARPS = 8    # every attention kernel (at Triton's default 4, aggregate's backwa
 
 def tiles(op: str, k: int, width: int, backward: bool = False, f64: bool = False) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_K, BLOCK_width) of ``op``'s kernels: powers of two holding ``k`` and ``width``, about
-    a budget of elements a tile: 4096 (linear GeoPE 2048), a quarter for aggregate's backward, half for linear
-    GeoPE's backward and for float64,
+    a budget of elements a tile: 4096 (linear GeoPE and the folded frame, per block: 2048), a quarter for
+    aggregate's backward, half for their backward and for float64,
     so that no kernel spills registers at :data:`WARPS` (``bench/triton_compile_check.py`` checks every recipe
     width and k on sm_80 and sm_90, Triton 3.6 and current)."""
-    budget = (2048 if op == "linear_relation" else 4096) // (4 if backward and op == "aggregate" else
-                                                              2 if backward and op == "linear_relation" else 1)
+    per_block = op in ("linear_relation", frame_fold.NAME)                  # tiles of 3-channel blocks
+    budget = (2048 if per_block else 4096) // (4 if backward and op == "aggregate" else
+                                                2 if backward and per_block else 1)
     budget //= 2 if f64 else 1
     import triton
 
@@ -280,9 +282,12 @@ def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Ten
     """Standard GeoPE's relation ``R(t_i)^T R(t_j) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from
     ``x (N, C)``, ``idx (N, k)``, the points' ``rotation_tables (5, N, C)`` (constant: fixed frequencies),
     ``q (N, C)``, ``delta (N, k, C)`` or ``None``; the same relation as ``rotation.query_frame``. Arguments
-    checked first (``attention_checks``; ``check_index=False`` skips idx's range: one pass, a sync on CUDA)."""
+    checked first (``attention_checks``; ``check_index=False`` skips idx's range: one pass, a sync on CUDA).
+    With ``frame_fold.folds()`` (``POINTGEOPE_FRAME_FOLD=1``), the points' turn runs in the relation's kernel
+    (``frame_relation_fold``): one launch each way, not two."""
     attention_checks.check_frame(x, idx, tables, q, delta, check_index)
-    return KERNELS["frame_relation"](x.device, x, idx, tables, q, delta)
+    fold = frame_fold.folds() and not gather_backward.sorted_backward() and enabled(frame_fold.NAME, x.device)
+    return KERNELS[frame_fold.NAME if fold else "frame_relation"](x.device, x, idx, tables, q, delta)
 
 
 class _LinearRelation(torch.autograd.Function):
@@ -374,9 +379,11 @@ def _check(name: str):
 
 # The fused ops in the kernel registry: Triton forward (whose backward dispatches under the same name) and the
 # torch reference of the same formula; their backward sums gradients into source rows with atomics, or (but
-# linear GeoPE's) by source point (gather_backward.SCATTER: under deterministic algorithms by default).
+# linear GeoPE's) by source point (gather_backward.SCATTER: under deterministic algorithms by default). The folded
+# frame relation runs only where frame_fold.folds() asks for it (off: not yet timed on a GPU), with atomics.
 KERNELS = {name: kernels.register(name, fn, ref, atomics=atomics, check=_check(name)) for name, fn, ref, atomics in (
     ("relation", _Relation.apply, ref_relation, gather_backward.atomics),
     ("frame_relation", _FrameRelation.apply, ref_frame, gather_backward.atomics),
+    (frame_fold.NAME, frame_fold.FoldedFrame.apply, ref_frame, True),
     ("linear_relation", _LinearRelation.apply, ref_linear, True),
     ("aggregate", _Aggregate.apply, ref_aggregate, gather_backward.atomics))}

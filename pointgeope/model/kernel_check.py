@@ -149,6 +149,7 @@ def attention_cases(name: str, device: torch.device, n: int, k: int = 16, c: int
     kernel = fused_attention.KERNELS[name]
     args, inputs = {"relation": (lambda a, b, d: (a, idx, b, d), [x, q, delta]),
                     "frame_relation": (lambda a, b, d: (a, idx, tables, b, d), [x, q, delta]),
+                    "frame_relation_fold": (lambda a, b, d: (a, idx, tables, b, d), [x, q, delta]),
                     "linear_relation": (lambda a, b, d: (a, idx, disp, scale, b, d), [x, q, delta]),
                     "aggregate": (lambda a, b, d: (a, b, idx, d, s), [w, v, delta])}[name]
 
@@ -161,7 +162,7 @@ def attention_cases(name: str, device: torch.device, n: int, k: int = 16, c: int
             return _grads(lambda *a: kernel(device, *args(*a)), inputs)
     reference = lambda: _grads(lambda *a: kernel.torch(*args(*a)), inputs)  # noqa: E731
     cases = [CheckCase("fwd+bwd", run, reference, compare, TOLERANCE["attention"])]
-    if name != "linear_relation":                 # the backward's other way to sum (gather_backward.SCATTER)
+    if name not in ("linear_relation", "frame_relation_fold"):   # the other way to sum (gather_backward.SCATTER)
         other = "atomic" if gather_backward.sorted_backward() else "sorted"
         cases.append(CheckCase(f"fwd+bwd {other}", lambda: run(other), reference, compare, TOLERANCE["attention"]))
     return cases

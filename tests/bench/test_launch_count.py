@@ -102,6 +102,34 @@ def test_a_stage_computes_its_displacements_once(launch_count, pe):
             counter.ops["forward", "triton:tables"] == len(first)
 
 
+def test_the_frame_fold_takes_the_turn_of_the_points_out_two_launches_a_layer(launch_count):
+    """A ``geope`` layer's forward and backward on the CUDA path, counted with and without the fold
+    (``POINTGEOPE_FRAME_FOLD``, :func:`frame_fold.folding` here): folded, no ``apply_shifted`` launch (the points'
+    turn forward, its adjoint backward), the relation's kernel one launch each way, nothing else changed: 2 fewer."""
+    from pointgeope.model import PointTransformerLayer
+    from pointgeope.model.frame_fold import folding
+
+    g = torch.Generator().manual_seed(4)
+    coord, feat = torch.rand(30, 3, generator=g) * 2, torch.randn(30, 24, generator=g)
+    idx = torch.cdist(coord, coord).topk(6, largest=False).indices
+    torch.manual_seed(0)
+    layer = PointTransformerLayer(24, share_planes=4, neighbours=6, pe="geope").train()
+    counts = {}
+    for fold in (False, True):
+        with folding(fold), launch_count.cuda_choices():
+            layer(coord, feat.clone().requires_grad_(), idx).sum().backward()      # the first: the norms' tickets
+            counter = launch_count.LaunchCounter()
+            with counter.triton_launches(), counter:
+                layer(coord, feat.clone().requires_grad_(), idx).sum().backward()
+        counts[fold] = counter
+    plain, folded = counts[False].ops, counts[True].ops
+    assert plain["forward", "triton:shifted"] == plain["backward", "triton:shifted"] == 1
+    assert folded["forward", "triton:shifted"] == folded["backward", "triton:shifted"] == 0
+    assert plain["forward", "triton:frame_forward"] == plain["backward", "triton:frame_backward"] == 1
+    assert folded["forward", "triton:fold_forward"] == folded["backward", "triton:fold_backward"] == 1
+    assert counts[False].total() - counts[True].total() == 2
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_a_norms_backward_launches_its_two_kernels_and_nothing_else(launch_count, train):
     """``BatchNormReLU`` on the CUDA path: its backward is ``grad_sums`` (the partial sums, and their reduction by

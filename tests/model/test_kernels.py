@@ -191,14 +191,16 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
                                                    *["batch_norm"] * 5, *["batch_norm_add_relu"] * 3,
                                                    *["batch_norm_add_relu_eval"] * 2,
                                                    *["batch_norm_relu"] * 5,   # eval rows too
-                                                   "fps", "frame_relation", "frame_relation", "knn", "knn", "knn",
+                                                   "fps", "frame_relation", "frame_relation", "frame_relation_fold",
+                                                   "knn", "knn", "knn",
                                                    "linear_relation", "relation", "relation", "rotation_tables"]
     assert [r.kernel for r in rows if r.kernel.startswith("relation")] == ["relation fwd+bwd",
                                                                            "relation fwd+bwd sorted"]  # both sums
     assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
     by_name = {r.kernel.split()[0]: r for r in rows}
     assert by_name["fps"].max_diff == 0
-    assert max(by_name[k].max_diff for k in ("aggregate", "relation", "frame_relation", "linear_relation")) < 1e-4
+    assert max(by_name[k].max_diff for k in ("aggregate", "relation", "frame_relation", "frame_relation_fold",
+                                             "linear_relation")) < 1e-4
     assert max(r.max_diff for r in rows if r.kernel.startswith("apply_shifted")) < 1e-5      # GeoPE's shift tables
     assert by_name["rotation_tables"].max_diff < 1e-4                                       # (phases' rounding)
     monkeypatch.setattr(fused_attention.triton_kernels(), "aggregate_backward", Failing(LAUNCH_ERROR))
