@@ -17,8 +17,8 @@ small never reach: that order is computed once on them directly. Nothing is done
 The training transforms call two numba functions of their own, whatever builds the hierarchy (on CUDA it is built
 beside the step, and the workers make blocks only): the hue and saturation shift (``data.hsv``) and the radix sort
 of the voxel keys (``radix``, through ``voxelize``). With an empty cache each worker compiled them at its first
-sample (14 s and 3 s here, every worker at once on the same cores); :func:`warm_data_transforms` compiles them
-first.
+sample (about 14 s and 2-4 s on the loaded test machine, every worker at once on the same cores);
+:func:`warm_data_transforms` compiles them first.
 """
 from __future__ import annotations
 

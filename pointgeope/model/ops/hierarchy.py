@@ -20,7 +20,9 @@ torch) ``up_s`` is read from ``neighbours_{s+1}`` for the sampled rows and from 
 settles, the rest searched (``up_known``: the same result, bit for bit). On the tree backends every stage's
 tree is built once for the kNN that search it (``knn.shared_trees``); with ``numba``'s (``kd_knn``) the FPS of the
 next stage takes that tree's kd order (``knn.kd_order``) and a searched transition down answers its queries, the
-samples, from their own leaves (``knn_rows``), the same result bit for bit. Every op works per cloud with global
+samples, from their own leaves (``knn_rows``); where ``k_s > k_{s-1}`` the samples are drawn before stage ``s-1``'s
+own kNN (its tree built first) and both are one search (``knn_rows.knn_with_rows``: a sample's first ``k_{s-1}``
+of its first ``k_s``), the same result bit for bit. Every op works per cloud with global
 rows, so the hierarchy of a packed batch is the per-cloud hierarchies with their rows shifted by the cloud's start
 in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
 """
