@@ -40,7 +40,7 @@ from pointgeope.model.ops.backends import KNN_BACKENDS, OpsBackends, resolve
 from pointgeope.model.ops.checks import check_coordinates, check_count
 from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.hierarchy_check import check_types
-from pointgeope.model.ops.knn import kd_tree, knn, shared_trees
+from pointgeope.model.ops.knn import knn, shared_trees
 from pointgeope.model.ops.knn_rows import knn_of_rows, knn_with_rows
 from pointgeope.model.ops.morton import shared_layouts
 from pointgeope.model.ops.offsets import check_offset, counts
@@ -196,8 +196,10 @@ class HierarchySpec:
         if c.device.type != "cpu" or resolve(self.backends.knn, KNN_BACKENDS, c.device, "knn",
                                              self.neighbours[s + 1]) != "numba":
             return None
+        from pointgeope.model.ops import kd_knn
+
         for a, b in pairwise([0, *off]):
-            kd_tree(c[a:b])
+            kd_knn.tree_of(c[a:b])
         return self._sample(c, off, self.strides[s + 1])
 
     def _up(self, s: int, coords: list[Tensor], offsets: list[list[int]], samples: list[Tensor | None],

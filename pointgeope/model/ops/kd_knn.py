@@ -30,7 +30,7 @@ import numpy as np
 from pointgeope.model.ops.bucket_fps import _kd_order
 from pointgeope.model.ops.knn_ties import insert_ranked
 
-__all__ = ["LEAF", "build_tree", "search_own", "search"]
+__all__ = ["LEAF", "build_tree", "tree_of", "search_own", "search_all", "search"]
 
 LEAF = 16           # points per leaf (80k self-kNN, k = 8, one thread: 8 1.0x, 32 1.15x; a throwaway script)
 _NO_ROW = np.iinfo(np.int64).max
@@ -64,6 +64,15 @@ def build_tree(points, leaf):
             box[v, a] = min(box[2 * v, a], box[2 * v + 1, a])
             box[v, a + 3] = max(box[2 * v, a + 3], box[2 * v + 1, a + 3])
     return rows, xyz, box, low
+
+
+def tree_of(cloud) -> tuple:
+    """The tree of the cloud tensor ``cloud (n, 3)`` (:func:`build_tree`, ``LEAF`` points a leaf); inside
+    ``knn.shared_trees`` built once for every call that asks (a hierarchy builds it before the FPS that takes its kd
+    order when that FPS runs before the cloud's own kNN)."""
+    from pointgeope.model.ops.knn import _numpy, _once
+
+    return _once("kd", cloud, lambda: build_tree(_numpy(cloud), LEAF))
 
 
 @numba.njit(cache=True)
@@ -193,6 +202,14 @@ def search_own(tree, leaf, want, idx, d2, wide, idx_wide, d2_wide):
                 idx[at[t, 0]], d2[at[t, 0]] = best_idx[t, :k], best[t, :k]
             if at[t, 1] >= 0:
                 idx_wide[at[t, 1]], d2_wide[at[t, 1]] = best_idx[t, :k_wide], best[t, :k_wide]
+
+
+def search_all(tree, leaf, k):
+    """:func:`search_own` of every point of the tree for its ``k`` first (``k <= n``): ``idx, d2 (n, k)``."""
+    n, dtype = tree[1].shape[0], tree[1].dtype
+    idx, d2, none = np.empty((n, k), np.int64), np.empty((n, k), dtype), np.empty((0, k), np.int64)
+    search_own(tree, leaf, np.arange(n), idx, d2, np.full(n, -1), none, none.astype(dtype))
+    return idx, d2
 
 
 @numba.njit(cache=True)

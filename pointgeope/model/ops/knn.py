@@ -37,7 +37,7 @@ from pointgeope.model.ops import checks
 from pointgeope.model.ops.backends import KNN_BACKENDS, available, resolve
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts
 
-__all__ = ["knn", "shared_trees", "kd_order", "kd_tree"]
+__all__ = ["knn", "shared_trees", "kd_order"]
 
 # Pure-torch brute force: at most this many (query, support) pairs per chunk (64 MiB of float32 distances);
 # on one CPU thread a chunk of 1 MiB, which stays in the cache between the elementwise passes (1.8x
@@ -181,15 +181,6 @@ def kd_order(points: Tensor) -> np.ndarray | None:
     return found[1][0] if found else None
 
 
-def kd_tree(cloud: Tensor) -> tuple:
-    """The ``numba`` backend's tree of the cloud ``cloud (n, 3)`` (``kd_knn.build_tree``), inside
-    :func:`shared_trees` built once for every call that asks (a hierarchy builds it before the FPS that takes its
-    kd order when that FPS runs before the cloud's own kNN)."""
-    from pointgeope.model.ops import kd_knn
-
-    return _once("kd", cloud, lambda: kd_knn.build_tree(_numpy(cloud), kd_knn.LEAF))
-
-
 def _in_morton_order(search, query: Tensor) -> tuple[np.ndarray, np.ndarray]:
     """``search(q)`` (a tree's ``(M, k)`` rows and squared distances of each query of ``q``, ``query`` as
     ``_numpy`` gives it), run on the queries in their Morton order (``pointgeope.morton_order.cloud_order``)
@@ -223,14 +214,10 @@ def _cloud_numba(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np
     from pointgeope import morton_order
     from pointgeope.model.ops import kd_knn
 
-    tree = kd_tree(support)
-    dtype = tree[1].dtype
-    idx, dist2 = np.empty((query.shape[0], k), np.int64), np.empty((query.shape[0], k), dtype)
+    tree = kd_knn.tree_of(support)
     if _same_memory(query, support):
-        none = np.empty((0, k), np.int64)
-        kd_knn.search_own(tree, kd_knn.LEAF, np.arange(len(idx)), idx, dist2, np.full(len(idx), -1), none,
-                          none.astype(dtype))
-        return idx, dist2
+        return kd_knn.search_all(tree, kd_knn.LEAF, k)
+    idx, dist2 = np.empty((query.shape[0], k), np.int64), np.empty((query.shape[0], k), tree[1].dtype)
     q = _numpy(query)
     order = (_once("morton_order", query, lambda: morton_order.cloud_order(q)) if len(q) >= _ORDERED_QUERIES
              else np.arange(len(q)))

@@ -16,7 +16,7 @@ from torch import Tensor
 from pointgeope.geope import geometry_dtype
 from pointgeope.model.ops import checks
 from pointgeope.model.ops.backends import KNN_BACKENDS, resolve
-from pointgeope.model.ops.knn import _fill, kd_tree, knn
+from pointgeope.model.ops.knn import _fill, knn
 from pointgeope.model.ops.offsets import check_offset
 
 __all__ = ["knn_of_rows", "knn_with_rows"]
@@ -67,7 +67,7 @@ def _search_own(support: Tensor, support_offset, k: int | None, picked: tuple[Te
         if outside.any():           # a negative one would index the cloud from its end: another point's answer
             raise ValueError(f"expected the rows of cloud {b} (rows_offset) in its support rows {s_start} .. "
                              f"{s_end - 1}, got row {local[outside][0] + s_start}")
-        tree = kd_tree(cloud)
+        tree = kd_knn.tree_of(cloud)
         dtype = tree[1].dtype
         wide = np.full(n, -1, np.int64)
         wide[local] = np.arange(len(local))                 # a row taken twice: its last place answers both
