@@ -28,7 +28,7 @@ from pointgeope.engine import schedule
 from pointgeope.engine.config import Config, ConfigError
 from pointgeope.engine.config_values import pipeline_problem
 from pointgeope.engine.distributed import DistEnv
-from pointgeope.engine.numba_warm import warm_host_hierarchy
+from pointgeope.engine.numba_warm import warm_data_transforms, warm_host_hierarchy
 from pointgeope.engine.placement import HierarchyPlace
 
 
@@ -132,12 +132,15 @@ def train_loader(cfg: Config, dataset: S3DISTrain, sampler: ResumableSampler, en
                  place: HierarchyPlace):
     """Batches for ``net`` (a ``PointTransformerSeg``), each carrying its point hierarchy where ``place``
     (:func:`~pointgeope.engine.placement.hierarchy_place`) says: built in the loader's workers
-    (``AttachHierarchy``; its numba functions compiled first, here: ``numba_warm``), beside the step on CUDA
-    (``HierarchyAhead``: device batches, one ahead), else none (the model builds it, or PTv3 needs none); Mix3D
-    (``data.mix_prob``) mixes the batches first."""
+    (``AttachHierarchy``), beside the step on CUDA (``HierarchyAhead``: device batches, one ahead), else none (the
+    model builds it, or PTv3 needs none); Mix3D (``data.mix_prob``) mixes the batches first. With workers the numba
+    functions they call (the transforms', and the hierarchy's when they build it) are compiled here first
+    (``numba_warm``)."""
     in_loader = place.where == "loader"
-    if in_loader and cfg.data.num_workers > 0:   # numba compiled once here, not once a worker (numba_warm)
-        warm_host_hierarchy(net.hierarchy_spec)
+    if cfg.data.num_workers > 0:                 # numba compiled once here, not once a worker (numba_warm)
+        warm_data_transforms()
+        if in_loader:
+            warm_host_hierarchy(net.hierarchy_spec)
     transform = AttachHierarchy(net.hierarchy_spec, batch_mixing(cfg)) if in_loader else batch_mixing(cfg)
     loader = make_loader(dataset, per_rank_batch(cfg, env), sampler=sampler, num_workers=cfg.data.num_workers,
                          seed=cfg.train.seed, drop_last=True, pin_memory=env.device.type == "cuda",

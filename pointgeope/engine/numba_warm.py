@@ -1,4 +1,5 @@
-"""The host hierarchy's numba functions compiled once, in the main process, before the loader's workers start.
+"""The host hierarchy's and the training transforms' numba functions compiled once, in the main process, before
+the loader's workers start.
 
 ``numba``'s FPS and kNN (``bucket_fps``, ``kd_knn``, ``knn_rows``) compile at their first call (``cache=True``
 writes the machine code to numba's cache, ``NUMBA_CACHE_DIR`` or ``__pycache__``). With an empty cache each data
@@ -12,19 +13,28 @@ its widest search (the same branches as a real batch). The tree kNN puts a query
 points in its Morton order from ``knn._ORDERED_QUERIES`` queries (``morton_order.cloud_order``), which clouds this
 small never reach: that order is computed once on them directly. Nothing is done when neither op resolves to
 ``numba`` on the host (numba missing, or another backend asked for).
+
+The training transforms call two numba functions of their own, whatever builds the hierarchy (on CUDA it is built
+beside the step, and the workers make blocks only): the hue and saturation shift (``data.hsv``) and the radix sort
+of the voxel keys (``radix``, through ``voxelize``). With an empty cache each worker compiled them at its first
+sample (about 14 s and 2-4 s on the loaded test machine, every worker at once on the same cores);
+:func:`warm_data_transforms` compiles them first.
 """
 from __future__ import annotations
 
 import math
 import time
 
+import numpy as np
 import torch
 
+from pointgeope.data.hsv import shift_hue_saturation
 from pointgeope.model.ops.backends import FPS_BACKENDS, KNN_BACKENDS, resolve
 from pointgeope.model.ops.hierarchy import UP_NEIGHBOURS
 from pointgeope.morton_order import cloud_order
+from pointgeope.radix import sort_nonnegative
 
-__all__ = ["uses_numba", "warm_host_hierarchy"]
+__all__ = ["uses_numba", "warm_host_hierarchy", "warm_data_transforms"]
 
 _HOST = torch.device("cpu")
 
@@ -47,4 +57,13 @@ def warm_host_hierarchy(spec, clouds: int = 2) -> float | None:
     start = time.perf_counter()
     spec(coord, [per_cloud * (b + 1) for b in range(clouds)])
     cloud_order(coord.numpy())
+    return time.perf_counter() - start
+
+
+def warm_data_transforms() -> float:
+    """Run the training transforms' numba functions on tiny inputs of the dtypes a sample holds (``color`` float32
+    ``(N, 3)``, voxel keys int64; module docstring): the seconds it took (the compile, with an empty cache)."""
+    start = time.perf_counter()
+    shift_hue_saturation(np.zeros((2, 3), np.float32), 0.0, 1.0)
+    sort_nonnegative(np.array([1, 0], np.int64))
     return time.perf_counter() - start

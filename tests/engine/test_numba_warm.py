@@ -27,6 +27,7 @@ from pointgeope.engine.config import load_config
 from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.placement import HierarchyPlace
 from pointgeope import morton_order, radix
+from pointgeope.data import hsv
 from pointgeope.model.ops import bucket_fps, kd_knn
 cfg = load_config(None, json.loads(sys.argv[1]))
 net = build.model(cfg)
@@ -37,7 +38,8 @@ loader = build.train_loader(cfg, dataset, build.ResumableSampler(dataset, env, s
 assert loader.num_workers == 2
 print(json.dumps({f.__name__: len(f.signatures) for f in (bucket_fps._bucket_fps_packed, kd_knn.build_tree,
                                                           kd_knn.search_own, kd_knn.search,
-                                                          morton_order.morton_order, radix.radix_sort)}))
+                                                          morton_order.morton_order, radix.radix_sort,
+                                                          hsv._shift)}))
 """
 
 SMALL = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", "model.neighbours=[8, 8]",
@@ -49,8 +51,9 @@ SMALL = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", 
 def test_the_loader_compiles_the_host_hierarchy_before_its_workers_start(tmp_path):
     """Every numba entry point of the host hierarchy (the FPS, the kd-tree's build, its search from a cloud's own
     points and from other queries, the Morton order of the queries and its radix sort) has a compiled signature
-    in the main process once the loader is made, from an empty cache: forked workers inherit them, spawned ones
-    load them from the cache. Before, none had one (each worker compiled all of them at its first batch)."""
+    in the main process once the loader is made, from an empty cache, and so has the transforms' hue shift:
+    forked workers inherit them, spawned ones load them from the cache. Before, none had one (each worker compiled
+    all of them at its first batch)."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "PYTHONPATH": str(REPO),
            "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(SMALL)], env=env, cwd=tmp_path,
@@ -58,7 +61,7 @@ def test_the_loader_compiles_the_host_hierarchy_before_its_workers_start(tmp_pat
     assert done.returncode == 0, done.stderr
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     assert counts == {"_bucket_fps_packed": 1, "build_tree": 1, "search_own": 1, "search": 1, "morton_order": 1,
-                      "radix_sort": 1}
+                      "radix_sort": 1, "_shift": 1}
     assert any((tmp_path / "numba").rglob("*.nbi"))          # and written to the cache, for spawned workers
 
 
@@ -106,3 +109,26 @@ def test_the_warm_up_draws_from_no_global_generator():
     before = torch.get_rng_state(), np.random.get_state()[1].copy()
     assert warm_host_hierarchy(spec) is not None
     assert torch.equal(torch.get_rng_state(), before[0]) and np.array_equal(np.random.get_state()[1], before[1])
+
+
+@pytest.mark.skipif(not available("numba"), reason="numba is not installed")
+def test_the_transforms_numba_signatures_are_the_ones_the_warm_up_compiles():
+    """After ``warm_data_transforms`` the hue and saturation shift of a sample's float32 colours and the voxel
+    sampling of its coordinates compile nothing more: the warm-up gave them the signatures a worker calls
+    (before it, with an empty cache, every worker compiled them at its first sample)."""
+    import numpy as np
+
+    from pointgeope import radix
+    from pointgeope.data import hsv
+    from pointgeope.data.transforms import HueSaturationTranslation
+    from pointgeope.data.voxelize import voxel_sample
+    from pointgeope.engine.numba_warm import warm_data_transforms
+
+    warm_data_transforms()
+    warmed = {f: set(f.signatures) for f in (hsv._shift, radix.radix_sort)}
+    rng = np.random.default_rng(0)
+    sample = {"coord": rng.random((500, 3), dtype=np.float32), "color": rng.random((500, 3), dtype=np.float32) * 255}
+    shifted = HueSaturationTranslation()(sample, rng)
+    kept = voxel_sample(sample["coord"], 0.05, rng)
+    assert shifted["color"].shape == (500, 3) and 0 < len(kept) < 500      # both ran (a grid of 0.05 merges)
+    assert {f: set(f.signatures) for f in warmed} == warmed

@@ -149,3 +149,26 @@ def test_the_neighbours_of_support_rows_are_the_definitions_of_those_points():
         want_idx, want_d2 = reference_knn(points[rows], points, 16, rows_off, off)
         np.testing.assert_array_equal(idx.numpy(), want_idx)
         np.testing.assert_array_equal(dist2.double().numpy(), want_d2)
+
+
+@pytest.mark.parametrize(("k", "k_rows"), [(8, 16), (16, 8), (3, 3)])
+def test_a_clouds_neighbourhoods_and_its_rows_wider_ones_in_one_search_are_both_the_definitions(k, k_rows):
+    """``knn_with_rows`` (a stage's kNN and the next transition down in one pass of the tree) against the
+    reference of every point's ``k`` and of ``support[rows]``'s ``k_rows``: lattice ties, a row taken three times,
+    clouds of 3 and 1 points (``n`` below both counts: the cyclic fill) and one of 10 (between 8 and 16)."""
+    from pointgeope.model.ops.knn_rows import knn_with_rows
+    from tests.model.knn_reference import reference_knn
+
+    rng = np.random.default_rng(k * 100 + k_rows)
+    points, off = _packed(_lattice(900, rng, side=8), _lattice(3, rng), _lattice(1, rng), _lattice(10, rng),
+                          _lattice(300, rng, side=40))
+    starts = [0, *off[:-1].tolist()]
+    picked = [torch.from_numpy(rng.choice(np.arange(a, b), max(1, (b - a) // 4), replace=False))
+              for a, b in zip(starts, off.tolist(), strict=True)]
+    picked[0][:3] = picked[0][3]
+    rows, rows_off = torch.cat(picked), torch.tensor([len(p) for p in picked]).cumsum(0)
+    (idx, dist2), (idx_rows, dist2_rows) = knn_with_rows(points, off, k, rows, rows_off, k_rows)
+    for got, want in (((idx, dist2), reference_knn(points, points, k, off, off)),
+                      ((idx_rows, dist2_rows), reference_knn(points[rows], points, k_rows, rows_off, off))):
+        np.testing.assert_array_equal(got[0].numpy(), want[0])
+        np.testing.assert_array_equal(got[1].double().numpy(), want[1])

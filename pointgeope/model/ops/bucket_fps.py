@@ -41,9 +41,13 @@ LEAF = 64           # points per leaf (kd order, 80k -> 20k points, one thread: 
 def _kd_order(points, start, n, leaf, p):
     """Rows ``0 .. n-1`` of the cloud ``points[start:start + n]`` in kd order for ``p`` leaves of ``leaf``: the
     positions of node ``v`` (``[lo, hi)``, its leaves' share) split at ``mid = min(lo + leaf * leaves / 2, hi)``,
-    the ``mid - lo`` lowest along the axis where the node's points spread widest first (``_select``)."""
+    the ``mid - lo`` lowest along the axis where the node's points spread widest first (``_select``). The
+    coordinates move with their rows (``xyz (3, n)``), so every pass reads consecutive memory."""
     rows = np.arange(n)
-    keys = np.empty(n, points.dtype)
+    xyz = np.empty((3, n), points.dtype)
+    for i in range(n):
+        for a in range(3):
+            xyz[a, i] = points[start + i, a]
     stack = np.empty((130, 3), np.int64)                # depth <= 63: at most one more entry a level
     stack[0, 0], stack[0, 1], stack[0, 2] = 0, n, p
     top = 1
@@ -56,35 +60,45 @@ def _kd_order(points, start, n, leaf, p):
         if mid < hi:
             axis, widest = 0, -1.0
             for a in range(3):
-                low, high = np.inf, -np.inf
-                for i in range(lo, hi):
-                    low, high = min(low, points[start + rows[i], a]), max(high, points[start + rows[i], a])
-                if high - low > widest:
-                    axis, widest = a, high - low
-            for i in range(lo, hi):
-                keys[rows[i]] = points[start + rows[i], axis]
-            _select(rows, keys, lo, hi, mid)
+                spread = _spread(xyz[a], lo, hi)
+                if spread > widest:
+                    axis, widest = a, spread
+            _select(rows, xyz, axis, lo, hi, mid)
             stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = mid, hi, leaves // 2
         stack[top, 0], stack[top, 1], stack[top, 2] = lo, mid, leaves // 2
         top += 1 if mid >= hi else 2
     return rows
 
 
+@numba.njit(cache=True, fastmath={"nnan", "ninf", "nsz"})
+def _spread(x, lo, hi):
+    """``max(x[lo:hi]) - min(x[lo:hi])`` (finite values: the flags let the two reductions run in vector lanes; a
+    minimum and a maximum are exact in any order, and the sign of a zero they pick changes no difference)."""
+    low, high = x[lo], x[lo]
+    for i in range(lo + 1, hi):
+        low, high = min(low, x[i]), max(high, x[i])
+    return high - low
+
+
 @numba.njit(cache=True)
-def _select(rows, keys, lo, hi, nth):
-    """``rows[lo:hi]`` reordered so that no key of ``rows[lo:nth]`` exceeds one of ``rows[nth:hi]`` (quickselect,
-    Hoare's partition about a median of three: equal keys split evenly)."""
+def _select(rows, xyz, axis, lo, hi, nth):
+    """``rows[lo:hi]`` and their coordinates ``xyz[:, lo:hi]`` reordered so that no ``xyz[axis]`` of positions
+    ``lo:nth`` exceeds one of ``nth:hi`` (quickselect, Hoare's partition about a median of three: equal keys split
+    evenly)."""
+    keys = xyz[axis]
     while hi - lo > 1:
-        a, b, c = keys[rows[lo]], keys[rows[(lo + hi) // 2]], keys[rows[hi - 1]]
+        a, b, c = keys[lo], keys[(lo + hi) // 2], keys[hi - 1]
         pivot = max(min(a, b), min(max(a, b), c))
         i, j = lo, hi - 1
         while i <= j:
-            while keys[rows[i]] < pivot:
+            while keys[i] < pivot:
                 i += 1
-            while keys[rows[j]] > pivot:
+            while keys[j] > pivot:
                 j -= 1
             if i <= j:
                 rows[i], rows[j] = rows[j], rows[i]
+                for q in range(3):
+                    xyz[q, i], xyz[q, j] = xyz[q, j], xyz[q, i]
                 i += 1
                 j -= 1
         if nth <= j:

@@ -20,7 +20,9 @@ torch) ``up_s`` is read from ``neighbours_{s+1}`` for the sampled rows and from 
 settles, the rest searched (``up_known``: the same result, bit for bit). On the tree backends every stage's
 tree is built once for the kNN that search it (``knn.shared_trees``); with ``numba``'s (``kd_knn``) the FPS of the
 next stage takes that tree's kd order (``knn.kd_order``) and a searched transition down answers its queries, the
-samples, from their own leaves (``knn_rows``), the same result bit for bit. Every op works per cloud with global
+samples, from their own leaves (``knn_rows``); where ``k_s > k_{s-1}`` the samples are drawn before stage ``s-1``'s
+own kNN (its tree built first) and both are one search (``knn_rows.knn_with_rows``: a sample's first ``k_{s-1}``
+of its first ``k_s``), the same result bit for bit. Every op works per cloud with global
 rows, so the hierarchy of a packed batch is the per-cloud hierarchies with their rows shifted by the cloud's start
 in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, fields
-from itertools import accumulate
+from itertools import accumulate, pairwise
 
 import torch
 from torch import Tensor
@@ -39,7 +41,7 @@ from pointgeope.model.ops.checks import check_coordinates, check_count
 from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.hierarchy_check import check_types
 from pointgeope.model.ops.knn import knn, shared_trees
-from pointgeope.model.ops.knn_rows import knn_of_rows
+from pointgeope.model.ops.knn_rows import knn_of_rows, knn_with_rows
 from pointgeope.model.ops.morton import shared_layouts
 from pointgeope.model.ops.offsets import check_offset, counts
 from pointgeope.model.ops.up_known import known_up
@@ -144,25 +146,25 @@ class HierarchySpec:
             return self._build(coord, off)
 
     def _build(self, coord: Tensor, off: list[int]) -> PointHierarchy:
-        knn_backend, fps_backend = self.backends.knn, self.backends.fps
         offsets, samples, down, neighbours, coords, near = [], [], [], [], [], []
-        c = coord
-        for stride, k in zip(self.strides, self.neighbours, strict=True):
+        c, ahead = coord, None
+        for s, (stride, k) in enumerate(zip(self.strides, self.neighbours, strict=True)):
             if stride > 1:
-                sample, _ = fps(c, off, stride, backend=fps_backend, check_finite=False)
-                new_off = list(accumulate(sample_counts(counts(off), stride)))
-                new_c = c[sample]
-                if neighbours and neighbours[-1].shape[1] == k:      # down_s = neighbours_{s-1}[sample_s]
-                    group = neighbours[-1][sample]
-                else:
-                    group, _ = knn_of_rows(sample, c, k, new_off, off, backend=knn_backend, check_finite=False)
+                sample, new_off, group = ahead or self._down(c, off, stride, k, neighbours)
                 samples.append(sample)
                 down.append(group)
-                c, off = new_c, new_off
+                c, off = c[sample], new_off
             else:
                 samples.append(None)
                 down.append(None)
-            near.append(knn(c, c, k, off, off, backend=knn_backend, check_finite=False))
+            ahead = self._ahead(s, c, off)
+            if ahead:                     # this stage's kNN and the next one's transition down, in one search
+                idx_d2, (group, _) = knn_with_rows(c, off, k, ahead[0], ahead[1], self.neighbours[s + 1],
+                                                   backend=self.backends.knn)
+                near.append(idx_d2)
+                ahead = (*ahead, group)
+            else:
+                near.append(knn(c, c, k, off, off, backend=self.backends.knn, check_finite=False))
             neighbours.append(near[-1][0])
             offsets.append(off)
             coords.append(c)
@@ -170,6 +172,35 @@ class HierarchySpec:
         device_offsets = tuple(torch.tensor(o, dtype=torch.long).to(coord.device) for o in offsets)
         return PointHierarchy(device_offsets, tuple(samples), tuple(down), tuple(neighbours),
                               tuple(idx for idx, _ in up), tuple(dist2 for _, dist2 in up)).as_built()
+
+    def _sample(self, c: Tensor, off: list[int], stride: int) -> tuple[Tensor, list[int]]:
+        """The FPS samples of the stage after the points ``c`` (clouds ``off``) and their offsets."""
+        sample, _ = fps(c, off, stride, backend=self.backends.fps, check_finite=False)
+        return sample, list(accumulate(sample_counts(counts(off), stride)))
+
+    def _down(self, c: Tensor, off: list[int], stride: int, k: int, neighbours: list[Tensor]):
+        """``(sample_s, offsets_s, down_s)`` of the points ``c`` of stage ``s - 1``: ``down_s`` gathered from
+        ``neighbours_{s-1}`` when ``k`` repeats (module docstring), else searched."""
+        sample, new_off = self._sample(c, off, stride)
+        if neighbours and neighbours[-1].shape[1] == k:           # down_s = neighbours_{s-1}[sample_s]
+            return sample, new_off, neighbours[-1][sample]
+        group, _ = knn_of_rows(sample, c, k, new_off, off, backend=self.backends.knn, check_finite=False)
+        return sample, new_off, group
+
+    def _ahead(self, s: int, c: Tensor, off: list[int]) -> tuple[Tensor, list[int]] | None:
+        """The samples of stage ``s + 1`` and their offsets, drawn before stage ``s``'s kNN when the ``numba`` kNN
+        is to search the next transition down (its ``k`` larger than stage ``s``'s) with it (``knn_with_rows``);
+        each cloud's tree is built first, so the FPS takes its kd order. Else None."""
+        if s + 1 == len(self.strides) or self.strides[s + 1] == 1 or self.neighbours[s + 1] <= self.neighbours[s]:
+            return None
+        if c.device.type != "cpu" or resolve(self.backends.knn, KNN_BACKENDS, c.device, "knn",
+                                             self.neighbours[s + 1]) != "numba":
+            return None
+        from pointgeope.model.ops import kd_knn
+
+        for a, b in pairwise([0, *off]):
+            kd_knn.tree_of(c[a:b])
+        return self._sample(c, off, self.strides[s + 1])
 
     def _up(self, s: int, coords: list[Tensor], offsets: list[list[int]], samples: list[Tensor | None],
             near: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:

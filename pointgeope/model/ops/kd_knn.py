@@ -30,7 +30,7 @@ import numpy as np
 from pointgeope.model.ops.bucket_fps import _kd_order
 from pointgeope.model.ops.knn_ties import insert_ranked
 
-__all__ = ["LEAF", "build_tree", "search_own", "search"]
+__all__ = ["LEAF", "build_tree", "tree_of", "search_own", "search_all", "search"]
 
 LEAF = 16           # points per leaf (80k self-kNN, k = 8, one thread: 8 1.0x, 32 1.15x; a throwaway script)
 _NO_ROW = np.iinfo(np.int64).max
@@ -64,6 +64,15 @@ def build_tree(points, leaf):
             box[v, a] = min(box[2 * v, a], box[2 * v + 1, a])
             box[v, a + 3] = max(box[2 * v, a + 3], box[2 * v + 1, a + 3])
     return rows, xyz, box, low
+
+
+def tree_of(cloud) -> tuple:
+    """The tree of the cloud tensor ``cloud (n, 3)`` (:func:`build_tree`, ``LEAF`` points a leaf); inside
+    ``knn.shared_trees`` built once for every call that asks (a hierarchy builds it before the FPS that takes its kd
+    order when that FPS runs before the cloud's own kNN)."""
+    from pointgeope.model.ops.knn import _numpy, _once
+
+    return _once("kd", cloud, lambda: build_tree(_numpy(cloud), LEAF))
 
 
 @numba.njit(cache=True)
@@ -113,23 +122,24 @@ def _scan(rows, xyz, lo, hi, qx, qy, qz, d2, idx, i, filled, k):
 
 
 @numba.njit(cache=True)
-def _radius(d2, filled, m, k):
-    """The largest ``k``-th distance of the lists of rows ``0 .. m-1`` (``inf`` while one is not full)."""
+def _radius(d2, filled, ks, m):
+    """The largest ``k``-th distance of the lists of rows ``0 .. m-1`` (row ``t`` keeps ``ks[t]``; ``inf`` while one
+    is not full)."""
     radius = -1.0
     for t in range(m):
-        if filled[t] < k:
+        if filled[t] < ks[t]:
             return np.inf
-        radius = max(radius, d2[t, k - 1])
+        radius = max(radius, d2[t, ks[t] - 1])
     return radius
 
 
 @numba.njit(cache=True)
-def _visit_block(rows, xyz, box, low, leaf, root, block, block_box, d2, idx, filled, k, stack):
+def _visit_block(rows, xyz, box, low, leaf, root, block, block_box, d2, idx, filled, ks, stack):
     """The subtree of node ``root`` searched for the queries ``block (m, 3)`` (query ``t`` into row ``t`` of
-    ``d2, idx``) inside ``block_box (6,)``: a node is left when its box is farther from the block's than every
-    row's ``k``-th distance, a leaf's points are offered to each row that does not skip it."""
+    ``d2, idx``, its first ``ks[t]``) inside ``block_box (6,)``: a node is left when its box is farther from the
+    block's than every row's last distance, a leaf's points are offered to each row that does not skip it."""
     n, p, m = xyz.shape[0], box.shape[0] // 2, block.shape[0]
-    radius = _radius(d2, filled, m, k)
+    radius = _radius(d2, filled, ks, m)
     stack[0], top = root, 1
     while top > 0:
         top -= 1
@@ -140,9 +150,10 @@ def _visit_block(rows, xyz, box, low, leaf, root, block, block_box, d2, idx, fil
             first = (u - p) * leaf
             for t in range(m):
                 qx, qy, qz = block[t, 0], block[t, 1], block[t, 2]
-                if not _skipped(box, low, u, qx, qy, qz, d2, idx, t, filled[t], k):
-                    filled[t] = _scan(rows, xyz, first, min(first + leaf, n), qx, qy, qz, d2, idx, t, filled[t], k)
-            radius = _radius(d2, filled, m, k)
+                if not _skipped(box, low, u, qx, qy, qz, d2, idx, t, filled[t], ks[t]):
+                    filled[t] = _scan(rows, xyz, first, min(first + leaf, n), qx, qy, qz, d2, idx, t, filled[t],
+                                      ks[t])
+            radius = _radius(d2, filled, ks, m)
         else:
             a, b = 2 * u, 2 * u + 1
             if _boxes_d2(box, a, block_box) > _boxes_d2(box, b, block_box):
@@ -152,15 +163,19 @@ def _visit_block(rows, xyz, box, low, leaf, root, block, block_box, d2, idx, fil
 
 
 @numba.njit(cache=True)
-def search_own(tree, leaf, want, k, idx, d2):
-    """The ``k`` first ``(d2, row)`` (``k <= n``) of the tree's own points ``j`` with ``want[j] >= 0`` (``want (n,)``
-    over the cloud's rows), into row ``want[j]`` of ``idx, d2``; the wanted points of a leaf together, from their
-    own leaf up, a sibling subtree at a time (module docstring)."""
+def search_own(tree, leaf, want, idx, d2, wide, idx_wide, d2_wide):
+    """The first ``(d2, row)`` of the tree's own points: for a point ``j`` with ``want[j] >= 0`` its ``k`` first into
+    row ``want[j]`` of ``idx, d2 (M, k)``, with ``wide[j] >= 0`` its ``K`` first into row ``wide[j]`` of ``idx_wide,
+    d2_wide (W, K)`` (``want, wide (n,)`` over the cloud's rows; ``k, K <= n``). A point wanted in both is searched
+    once for the larger count: the ``(d2, row)`` order is total, so its first ``k`` are the first ``k`` of its first
+    ``K``. The queries of a leaf are searched together, from their own leaf up, a sibling subtree at a time (module
+    docstring)."""
     rows, xyz, box, low = tree
     n, p = xyz.shape[0], box.shape[0] // 2
+    k, k_wide = idx.shape[1], idx_wide.shape[1]
     stack = np.empty(2 * 64 + 2, np.int64)
-    best, best_idx = np.empty((leaf, k), xyz.dtype), np.empty((leaf, k), np.int64)
-    filled, at = np.zeros(leaf, np.int64), np.empty(leaf, np.int64)
+    best, best_idx = np.empty((leaf, max(k, k_wide)), xyz.dtype), np.empty((leaf, max(k, k_wide)), np.int64)
+    filled, ks, at = np.zeros(leaf, np.int64), np.empty(leaf, np.int64), np.empty((leaf, 2), np.int64)
     block, block_box = np.empty((leaf, 3), xyz.dtype), np.empty(6, xyz.dtype)
     for own in range(p, 2 * p):
         lo = (own - p) * leaf
@@ -169,20 +184,32 @@ def search_own(tree, leaf, want, k, idx, d2):
         for a in range(3):
             block_box[a], block_box[a + 3] = np.inf, -np.inf
         for r in range(lo, hi):
-            if want[rows[r]] >= 0:
-                at[m] = want[rows[r]]
-                for a in range(3):
-                    block[m, a] = xyz[r, a]
-                    block_box[a], block_box[a + 3] = min(block_box[a], xyz[r, a]), max(block_box[a + 3], xyz[r, a])
-                filled[m] = _scan(rows, xyz, lo, hi, xyz[r, 0], xyz[r, 1], xyz[r, 2], best, best_idx, m, 0, k)
-                m += 1
+            at[m, 0], at[m, 1] = want[rows[r]], wide[rows[r]]
+            if at[m, 0] < 0 and at[m, 1] < 0:
+                continue
+            ks[m] = max(k if at[m, 0] >= 0 else 0, k_wide if at[m, 1] >= 0 else 0)
+            for a in range(3):
+                block[m, a] = xyz[r, a]
+                block_box[a], block_box[a + 3] = min(block_box[a], xyz[r, a]), max(block_box[a + 3], xyz[r, a])
+            filled[m] = _scan(rows, xyz, lo, hi, xyz[r, 0], xyz[r, 1], xyz[r, 2], best, best_idx, m, 0, ks[m])
+            m += 1
         v = own
         while v > 1 and m > 0:
-            _visit_block(rows, xyz, box, low, leaf, v ^ 1, block[:m], block_box, best, best_idx, filled, k, stack)
+            _visit_block(rows, xyz, box, low, leaf, v ^ 1, block[:m], block_box, best, best_idx, filled, ks, stack)
             v >>= 1
         for t in range(m):
-            for c in range(k):
-                idx[at[t], c], d2[at[t], c] = best_idx[t, c], best[t, c]
+            if at[t, 0] >= 0:
+                idx[at[t, 0]], d2[at[t, 0]] = best_idx[t, :k], best[t, :k]
+            if at[t, 1] >= 0:
+                idx_wide[at[t, 1]], d2_wide[at[t, 1]] = best_idx[t, :k_wide], best[t, :k_wide]
+
+
+def search_all(tree, leaf, k):
+    """:func:`search_own` of every point of the tree for its ``k`` first (``k <= n``): ``idx, d2 (n, k)``."""
+    n, dtype = tree[1].shape[0], tree[1].dtype
+    idx, d2, none = np.empty((n, k), np.int64), np.empty((n, k), dtype), np.empty((0, k), np.int64)
+    search_own(tree, leaf, np.arange(n), idx, d2, np.full(n, -1), none, none.astype(dtype))
+    return idx, d2
 
 
 @numba.njit(cache=True)
@@ -196,7 +223,7 @@ def search(tree, leaf, query, order, k, idx, d2):
     size = max(1, min(leaf, order.shape[0] * leaf // (8 * xyz.shape[0])))
     stack = np.empty(2 * 64 + 2, np.int64)
     best, best_idx = np.empty((size, k), query.dtype), np.empty((size, k), np.int64)
-    filled = np.zeros(size, np.int64)
+    filled, ks = np.zeros(size, np.int64), np.full(size, k, np.int64)
     block, block_box = np.empty((size, 3), query.dtype), np.empty(6, query.dtype)
     for start in range(0, order.shape[0], size):
         m = min(size, order.shape[0] - start)
@@ -207,7 +234,7 @@ def search(tree, leaf, query, order, k, idx, d2):
             for a in range(3):
                 block[t, a] = query[order[start + t], a]
                 block_box[a], block_box[a + 3] = min(block_box[a], block[t, a]), max(block_box[a + 3], block[t, a])
-        _visit_block(rows, xyz, box, low, leaf, 1, block[:m], block_box, best, best_idx, filled, k, stack)
+        _visit_block(rows, xyz, box, low, leaf, 1, block[:m], block_box, best, best_idx, filled, ks, stack)
         for t in range(m):
             for c in range(k):
                 idx[order[start + t], c], d2[order[start + t], c] = best_idx[t, c], best[t, c]

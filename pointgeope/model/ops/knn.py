@@ -221,12 +221,10 @@ def _cloud_numba(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np
     from pointgeope import morton_order
     from pointgeope.model.ops import kd_knn
 
-    tree = _once("kd", support, lambda: kd_knn.build_tree(_numpy(support), kd_knn.LEAF))
-    dtype = tree[1].dtype
-    idx, dist2 = np.empty((query.shape[0], k), np.int64), np.empty((query.shape[0], k), dtype)
+    tree = kd_knn.tree_of(support)
     if _same_memory(query, support):
-        kd_knn.search_own(tree, kd_knn.LEAF, np.arange(len(idx)), k, idx, dist2)
-        return idx, dist2
+        return kd_knn.search_all(tree, kd_knn.LEAF, k)
+    idx, dist2 = np.empty((query.shape[0], k), np.int64), np.empty((query.shape[0], k), tree[1].dtype)
     q = _numpy(query)
     order = (_once("morton_order", query, lambda: morton_order.cloud_order(q)) if len(q) >= _ORDERED_QUERIES
              else np.arange(len(q)))
