@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import errno
 import os
+import re
 import select
 import signal
 import sys
@@ -281,6 +282,32 @@ def _worker_original(err: UserError) -> str:
     return trace[start + len(name):].strip()
 
 
+# torch's words for a DataLoader worker process that ended without an error it could send back: its SIGCHLD
+# handler's (C++, with the signal or exit code), raised in the main process wherever it runs, and the iterator's
+# (Python, "pid(s)"), raised from the first as it finds the worker gone.
+_DEAD_WORKER = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (is killed by signal: [^.]+|exited "
+                          r"unexpectedly(?: with exit code -?\d+)?)")
+
+
+def dead_worker_message(err: BaseException) -> str | None:
+    """The one line for ``err`` if it is torch's report of a DataLoader worker process that died (killed by a
+    signal, the out-of-memory killer's SIGKILL included, or exited; found on ``err`` or the errors it was
+    raised from), else ``None``. Such a death is the environment's, as a dead ``prepare`` worker's is: the
+    main process's traceback says nothing of it, and the same command resumes."""
+    found = []
+    while err is not None and len(found) < 8:
+        if isinstance(err, RuntimeError) and (match := _DEAD_WORKER.search(str(err))):
+            found.append(match)
+        err = err.__cause__ or err.__context__
+    if not found:
+        return None
+    pids, how = max(found, key=lambda m: len(m.group(2))).groups()  # the signal or exit code, where said
+    how = how.replace("is killed", "was killed")
+    return (f"a data loader worker process (pid {pids}) {how} (out of memory, killed, or crashed); what was "
+            "written before it is kept: run the same command again (a training resumes from its last "
+            "checkpoint), or with data.num_workers=0 to load in the main process")
+
+
 def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
     parser.add_argument("--debug", action="store_true", default=default,
                         help="show the traceback of an error of the input (normally one line, exit code 2)")
@@ -375,10 +402,13 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
         if debug:
             raise
         return _said(prog, err)
-    except Exception as err:  # a bug's, unless a stop turned into it
-        if (stop := stop_behind(err, stops)) is None or debug:
+    except Exception as err:  # a bug's, unless a stop turned into it or a loader worker died
+        if (stop := stop_behind(err, stops)) is not None and not debug:
+            return _said(prog, stop)
+        if (message := dead_worker_message(err)) is None or debug:
             raise
-        return _said(prog, stop)
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
 
 
 def _said(prog: str, stop: KeyboardInterrupt) -> int:
