@@ -37,7 +37,6 @@ import argparse
 import contextlib
 import errno
 import os
-import re
 import select
 import signal
 import sys
@@ -45,6 +44,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from pointgeope.extras import toolkit_message
+from pointgeope.loader_errors import dead_worker_message, worker_original
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
@@ -254,7 +254,7 @@ def one_line(text: str) -> str:
 def user_message(err: BaseException) -> str | None:
     """The one line to print for ``err`` if it is the user's (or the environment's), else ``None``."""
     if isinstance(err, UserError):
-        return one_line(" ".join(_worker_original(err).split("\n")))
+        return one_line(" ".join(worker_original(err).split("\n")))
     if isinstance(err, OSError) and err.errno in (errno.EACCES, errno.EPERM):
         # the line names what refused it: a folder on the way, or the file
         from pointgeope.denied import denied_line
@@ -264,48 +264,6 @@ def user_message(err: BaseException) -> str | None:
         where = f": {err.filename}" if err.filename else ""
         return f"{err.strerror or err}{where}; check the folder's permissions and free space"
     return toolkit_message(err)
-
-
-# torch re-raises an error of a DataLoader worker process (a damaged or deleted area file read with
-# data.num_workers > 0) in the main process as its own class, the message wrapped with the worker's traceback.
-_WORKER_TRACE = "\nOriginal Traceback (most recent call last):\n"
-
-
-def _worker_original(err: UserError) -> str:
-    """The message of ``err``; where torch wrapped it (``Caught <Class> in DataLoader worker process <n>.``,
-    the worker's traceback, then ``<module>.<Class>: <message>``), the original message alone."""
-    text = str(err)
-    head, found, trace = text.partition(_WORKER_TRACE)
-    start = trace.rfind(name := f"\n{type(err).__module__}.{type(err).__qualname__}: ")
-    if not found or not head.startswith("Caught ") or start < 0:
-        return text
-    return trace[start + len(name):].strip()
-
-
-# torch's words for a DataLoader worker process that ended without an error it could send back: its SIGCHLD
-# handler's (C++, with the signal or exit code), raised in the main process wherever it runs, and the iterator's
-# (Python, "pid(s)"), raised from the first as it finds the worker gone.
-_DEAD_WORKER = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (is killed by signal: [^.]+|exited "
-                          r"unexpectedly(?: with exit code -?\d+)?)")
-
-
-def dead_worker_message(err: BaseException) -> str | None:
-    """The one line for ``err`` if it is torch's report of a DataLoader worker process that died (killed by a
-    signal, the out-of-memory killer's SIGKILL included, or exited; found on ``err`` or the errors it was
-    raised from), else ``None``. Such a death is the environment's, as a dead ``prepare`` worker's is: the
-    main process's traceback says nothing of it, and the same command resumes."""
-    found = []
-    while err is not None and len(found) < 8:
-        if isinstance(err, RuntimeError) and (match := _DEAD_WORKER.search(str(err))):
-            found.append(match)
-        err = err.__cause__ or err.__context__
-    if not found:
-        return None
-    pids, how = max(found, key=lambda m: len(m.group(2))).groups()  # the signal or exit code, where said
-    how = how.replace("is killed", "was killed")
-    return (f"a data loader worker process (pid {pids}) {how} (out of memory, killed, or crashed); what was "
-            "written before it is kept: run the same command again (a training resumes from its last "
-            "checkpoint), or with data.num_workers=0 to load in the main process")
 
 
 def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
