@@ -44,6 +44,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from pointgeope.extras import toolkit_message
+from pointgeope.loader_errors import dead_worker_message, worker_original
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
@@ -253,7 +254,7 @@ def one_line(text: str) -> str:
 def user_message(err: BaseException) -> str | None:
     """The one line to print for ``err`` if it is the user's (or the environment's), else ``None``."""
     if isinstance(err, UserError):
-        return one_line(" ".join(_worker_original(err).split("\n")))
+        return one_line(" ".join(worker_original(err).split("\n")))
     if isinstance(err, OSError) and err.errno in (errno.EACCES, errno.EPERM):
         # the line names what refused it: a folder on the way, or the file
         from pointgeope.denied import denied_line
@@ -263,22 +264,6 @@ def user_message(err: BaseException) -> str | None:
         where = f": {err.filename}" if err.filename else ""
         return f"{err.strerror or err}{where}; check the folder's permissions and free space"
     return toolkit_message(err)
-
-
-# torch re-raises an error of a DataLoader worker process (a damaged or deleted area file read with
-# data.num_workers > 0) in the main process as its own class, the message wrapped with the worker's traceback.
-_WORKER_TRACE = "\nOriginal Traceback (most recent call last):\n"
-
-
-def _worker_original(err: UserError) -> str:
-    """The message of ``err``; where torch wrapped it (``Caught <Class> in DataLoader worker process <n>.``,
-    the worker's traceback, then ``<module>.<Class>: <message>``), the original message alone."""
-    text = str(err)
-    head, found, trace = text.partition(_WORKER_TRACE)
-    start = trace.rfind(name := f"\n{type(err).__module__}.{type(err).__qualname__}: ")
-    if not found or not head.startswith("Caught ") or start < 0:
-        return text
-    return trace[start + len(name):].strip()
 
 
 def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
@@ -375,10 +360,13 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
         if debug:
             raise
         return _said(prog, err)
-    except Exception as err:  # a bug's, unless a stop turned into it
-        if (stop := stop_behind(err, stops)) is None or debug:
+    except Exception as err:  # a bug's, unless a stop turned into it or a loader worker died
+        if (stop := stop_behind(err, stops)) is not None and not debug:
+            return _said(prog, stop)
+        if (message := dead_worker_message(err)) is None or debug:
             raise
-        return _said(prog, stop)
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
 
 
 def _said(prog: str, stop: KeyboardInterrupt) -> int:

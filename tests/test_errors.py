@@ -47,6 +47,44 @@ def test_a_user_error_of_a_data_loader_worker_is_its_own_one_line(capsys):
     assert capsys.readouterr().err.startswith("pointgeope x: error: Caught SchemaError in a place. Original ")
 
 
+class _DyingData(torch.utils.data.Dataset):
+    """Each item ends the worker process that reads it: by ``signal`` (the out-of-memory killer's SIGKILL),
+    or else by ``os._exit(3)``."""
+
+    def __init__(self, signum=None):
+        self.signum = signum
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        if self.signum is None:
+            os._exit(3)
+        os.kill(os.getpid(), self.signum)
+        time.sleep(10)
+
+
+@pytest.mark.parametrize(("signum", "how"), [(signal.SIGKILL, "was killed by signal: Killed"),
+                                             (None, "exited unexpectedly with exit code 3")])
+def test_a_data_loader_worker_that_died_is_one_line_saying_to_run_again(capsys, signum, how):
+    """A loader worker killed while training (SIGKILL of the worker alone, found by a kill/resume fuzz)
+    ended the command with torch's traceback from the main process; it is the environment's, as a dead
+    prepare worker is: one line, exit code 2, and --debug keeps the traceback."""
+    def read_all():
+        return sum(1 for _ in torch.utils.data.DataLoader(_DyingData(signum), num_workers=1))
+
+    assert run_command("pointgeope x", read_all) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("pointgeope x: error: a data loader worker process (pid "), err
+    assert err.endswith(f") {how} (out of memory, killed, or crashed); what was written before it is kept: run the "
+                        "same command again (a training resumes from its last checkpoint), or with "
+                        "data.num_workers=0 to load in the main process\n"), err
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        run_command("pointgeope x", read_all, debug=True)
+    with pytest.raises(RuntimeError, match="DataLoader worker is a bug"):  # another RuntimeError: a bug
+        run_command("pointgeope x", _raise(RuntimeError("DataLoader worker is a bug")))
+
+
 def test_environment_errors_are_the_users_and_bugs_are_not(capsys):
     full = OSError(errno.ENOSPC, "No space left on device", "/data/out/Area_1.h5")
     assert run_command("pointgeope prepare", _raise(full)) == 2

@@ -1,0 +1,51 @@
+"""What torch's DataLoader says of its worker processes (``data.num_workers`` > 0), as the one line of
+:func:`pointgeope.errors.run_command`: a user error a worker met, unwrapped from torch's wrapping
+(:func:`worker_original`), and a worker process that died (:func:`dead_worker_message`).
+"""
+from __future__ import annotations
+
+import re
+
+__all__ = ["worker_original", "dead_worker_message"]
+
+
+# torch re-raises an error of a DataLoader worker process (a damaged or deleted area file read with
+# data.num_workers > 0) in the main process as its own class, the message wrapped with the worker's traceback.
+_WORKER_TRACE = "\nOriginal Traceback (most recent call last):\n"
+
+
+def worker_original(err: BaseException) -> str:
+    """The message of ``err``; where torch wrapped it (``Caught <Class> in DataLoader worker process <n>.``,
+    the worker's traceback, then ``<module>.<Class>: <message>``), the original message alone."""
+    text = str(err)
+    head, found, trace = text.partition(_WORKER_TRACE)
+    start = trace.rfind(name := f"\n{type(err).__module__}.{type(err).__qualname__}: ")
+    if not found or not head.startswith("Caught ") or start < 0:
+        return text
+    return trace[start + len(name):].strip()
+
+
+# torch's words for a DataLoader worker process that ended without an error it could send back: its SIGCHLD
+# handler's (C++, with the signal or exit code), raised in the main process wherever it runs, and the iterator's
+# (Python, "pid(s)"), raised from the first as it finds the worker gone.
+_DEAD_WORKER = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (is killed by signal: [^.]+|exited "
+                          r"unexpectedly(?: with exit code -?\d+)?)")
+
+
+def dead_worker_message(err: BaseException) -> str | None:
+    """The one line for ``err`` if it is torch's report of a DataLoader worker process that died (killed by a
+    signal, the out-of-memory killer's SIGKILL included, or exited; found on ``err`` or the errors it was
+    raised from), else ``None``. Such a death is the environment's, as a dead ``prepare`` worker's is: the
+    main process's traceback says nothing of it, and the same command resumes."""
+    found = []
+    while err is not None and len(found) < 8:
+        if isinstance(err, RuntimeError) and (match := _DEAD_WORKER.search(str(err))):
+            found.append(match)
+        err = err.__cause__ or err.__context__
+    if not found:
+        return None
+    pids, how = max(found, key=lambda m: len(m.group(2))).groups()  # the signal or exit code, where said
+    how = how.replace("is killed", "was killed")
+    return (f"a data loader worker process (pid {pids}) {how} (out of memory, killed, or crashed); what was "
+            "written before it is kept: run the same command again (a training resumes from its last "
+            "checkpoint), or with data.num_workers=0 to load in the main process")
