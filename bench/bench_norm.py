@@ -17,7 +17,8 @@ against the same kernels without the activation; forward + backward in training 
                   on CUDA each also captured in a CUDA graph (``graph_*``: no launch costs, as the graphed step)
     residual s1, residual s2   plain s1's and s2's rows: the block's tail (``residual_norm.BatchNormAddReLU``:
                   the third norm, the residual add and the ReLU) in training, torch's ``BatchNorm1d``, add and ReLU
-                  against the opt-in kernels (the norm's two launches with the add and ReLU in the second)
+                  against the opt-in kernels (the norm's two launches with the add and ReLU in the second; backward
+                  the norm's two, each applying the ReLU's mask from the saved output)
     residual eval s1, residual eval s2   the same rows, the eval forward alone (``torch.inference_mode``, as the
                   test runs it): torch's three ops (five launches) against the eval kernel's one (the CUDA default)
 

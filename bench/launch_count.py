@@ -140,24 +140,25 @@ def run_copies(model: torch.nn.Module, amp: str):
     return eval_weights.copies(model, Config(eval=EvalConfig(amp=amp)), torch.device("cpu"))
 
 
-def count(presets: list[str], points: int, clouds: int, what: str = "step", amp: str = "none") -> dict:
+def count(presets: list[str], points: int, clouds: int, what: str = "step", amp: str = "none",
+          opt_in: tuple[str, ...] = ()) -> dict:
     """Each preset's launches of its second step or test forward (the first, on the same path, creates the
     optimiser's momentum buffers and what the kernels keep from call to call: the norm's zeroed tickets,
-    ``norm_tickets``)."""
+    ``norm_tickets``); ``opt_in``: opt-in kernels counted as if they were CUDA defaults (:func:`cuda_choices`)."""
     out = {}
     for preset in presets:
         with cuda_autocast() if amp != "none" else contextlib.nullcontext():     # a context a preset: not re-entrant
             if what == "step":
                 step, model, optimizer = preset_step(preset, points, clouds, amp)
-                with cuda_choices():
+                with cuda_choices(opt_in):
                     step()
-                out[preset] = count_step(step, model, optimizer).summary(model, phases=PHASES)
+                    out[preset] = count_step(step, model, optimizer).summary(model, phases=PHASES)
             else:
                 forward, model = preset_test(preset, points, clouds, amp)
                 with run_copies(model, amp):
-                    with cuda_choices():
+                    with cuda_choices(opt_in):
                         forward()
-                    out[preset] = count_forward(forward, model).summary(model, phases=TEST_PHASES)
+                        out[preset] = count_forward(forward, model).summary(model, phases=TEST_PHASES)
         print(f"{preset} {what}: {out[preset]['launches']} launches ({out[preset]['triton']} Triton), by phase "
               f"{out[preset]['by_phase']}", flush=True)
     return out
@@ -168,7 +169,8 @@ def counted_elsewhere(tree: Path, args) -> dict:
     ``{"package": the folder holding the package the child imported, "presets": its counts}``."""
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     cmd = [sys.executable, __file__, "--json-only", "--points", str(args.points), "--clouds", str(args.clouds),
-           "--what", args.what, "--amp", args.amp, "--presets", *args.presets]
+           "--what", args.what, "--amp", args.amp, *(["--opt-in", *args.opt_in] if args.opt_in else []),
+           "--presets", *args.presets]
     done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -204,18 +206,20 @@ def main() -> int:
     parser.add_argument("--presets", nargs="+", default=["rpe", "geope"])
     parser.add_argument("--before", type=Path, help="also count the package of this source tree, as 'before'")
     parser.add_argument("--before-label", default="", help="what the --before tree is (e.g. 'main at d9b32c7')")
+    parser.add_argument("--opt-in", nargs="+", default=[], metavar="KERNEL",
+                        help="opt-in kernels counted as CUDA defaults (e.g. batch_norm_add_relu: the blocks' tail)")
     parser.add_argument("--json-only", action="store_true",
                         help="print the counts and the package's folder as one JSON line, write nothing")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.json_only:
         with contextlib.redirect_stdout(sys.stderr):
-            counts = count(args.presets, args.points, args.clouds, args.what, args.amp)
+            counts = count(args.presets, args.points, args.clouds, args.what, args.amp, tuple(args.opt_in))
         print(json.dumps({"package": str(PACKAGE_PARENT), "presets": counts}))
         return 0
     out = {"provenance": provenance(1, tree=PACKAGE_PARENT), "points": args.points, "clouds": args.clouds,
            "package": str(PACKAGE_PARENT / "pointgeope"),
-           "what": args.what, "amp": args.amp,
+           "what": args.what, "amp": args.amp, "opt_in": args.opt_in,
            "switches": {k: v for k, v in sorted(os.environ.items()) if k.startswith("POINTGEOPE_")},  # both sides
            "counted": f"aten ops but views/metadata/allocations, plus Triton launches; {COUNTED[args.what]}, "
                       f"hierarchy given, CUDA's default kernel choices, amp {args.amp} (bench/launch_count.py)"}
@@ -224,7 +228,7 @@ def main() -> int:
         out["before"] = {"tree": str(args.before), "package": str(Path(child["package"]) / "pointgeope"),
                          **git_state(Path(child["package"]), exclude=(OUTPUTS,)),      # as the loaders'
                          "label": args.before_label, "presets": child["presets"]}
-    out["after"] = {"presets": count(args.presets, args.points, args.clouds, args.what, args.amp)}
+    out["after"] = {"presets": count(args.presets, args.points, args.clouds, args.what, args.amp, tuple(args.opt_in))}
     if args.before:
         out["saved"] = {p: out["before"]["presets"][p]["launches"] - out["after"]["presets"][p]["launches"]
                         for p in args.presets}

@@ -151,22 +151,34 @@ class LaunchCounter(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def cuda_choices():
+def cuda_choices(opt_in: tuple[str, ...] = ()):
     """The CUDA default's kernel choices for CPU tensors (module docstring): Triton where a CUDA tensor gets it,
-    the opt-in kernels not, one range of queries for the CPU's cache-sized steps."""
+    the opt-in kernels not (but those named in ``opt_in``, as ``POINTGEOPE_KERNELS=triton`` would turn them on
+    for themselves alone: their ``cuda_default`` made ``True`` inside the block), one range of queries for the
+    CPU's cache-sized steps."""
     from pointgeope.model import kernels, rotation
 
     use, steps = kernels.use_triton, rotation._STEP_ELEMENTS
     cuda = torch.device("cuda")
+    known = {kernel.name: kernel for kernel in kernels.registered()}
+    if set(opt_in) - set(known):
+        raise ValueError(f"expected registered kernels to opt in, got {sorted(set(opt_in) - set(known))}; "
+                         f"registered: {', '.join(sorted(known))}")
+    chosen = {name: known[name] for name in opt_in}
+    defaults = {name: kernel.cuda_default for name, kernel in chosen.items()}
 
     def as_on_cuda(kernel: str, device: torch.device, atomics: bool = False) -> bool:
         return use(kernel, cuda if device.type == "cpu" else device, atomics)
 
     kernels.use_triton, rotation._STEP_ELEMENTS = as_on_cuda, 1 << 62
+    for kernel in chosen.values():
+        kernel.cuda_default = True
     try:
         yield
     finally:
         kernels.use_triton, rotation._STEP_ELEMENTS = use, steps
+        for name, kernel in chosen.items():
+            kernel.cuda_default = defaults[name]
 
 
 def count_step(step, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> LaunchCounter:

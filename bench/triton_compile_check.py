@@ -22,8 +22,9 @@ refused. Batch norm with its ReLU: the four kernels of ``norm.py`` at its tiles 
 (every tile of the recipe's norms, whose widths 4..512 share them), float32 and bfloat16 rows, training (batch
 statistics, running buffers updated), and at width 64 eval (the one launch forward: ``normalize`` on the running
 buffers) and float64 (fused multiply-adds counted too); the
-plain norm (no ReLU) at the same settings, the three kernels that take the activation's flag; ``normalize`` with the
-residual add (the PTv1 block's tail, ``residual_norm.py``) at the same settings. GeoPE's shift
+plain norm (no ReLU) at the same settings, the three kernels that take the activation's flag; the three that take
+the PTv1 block's tail (``residual_norm.py``: ``normalize`` with the residual add, ``grad_sums`` and ``grad_input``
+with the saved output's mask) at the same settings. GeoPE's shift
 tables (``triton_rotation``): ``shifted`` (``apply_shifted``: float32, bfloat16 and float64 features, with and
 without ``minus``, ``R`` and ``R^T``) and ``tables``, float32 and float64, at ``shifted_kernel``'s tiles (their
 multiply-adds are fused by design, ``tl.fma``: counted, not refused).
@@ -162,7 +163,8 @@ def norm_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
     training), and at width 64 also eval (``normalize`` on the running buffers, ``grad_input``) and float64 (quick:
     width 64, bfloat16, training and eval); the three that
     take the activation's flag (``RELU``) without it, the plain norm's, at the same settings (``_plain``); and
-    ``normalize`` with the residual add (``RESIDUAL``, the block's tail) at the same settings (``_residual``)."""
+    the three that take ``RESIDUAL`` (the block's tail: ``normalize`` with the residual add, the backward's two with
+    the saved output's mask) at the same settings (``_residual``)."""
     out = []
     for width in (64,) if quick else (3, 8, 16, 32, 64):
         for t in ("bf16",) if quick else ("fp32", "bf16") + (("fp64",) if width == 64 else ()):
@@ -172,6 +174,8 @@ def norm_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
                     out += _norm_at(width, t, batch, residual=True) if relu else []     # the block's tail
                 out += [case for case in _norm_at(width, t, True, prefix=True, relu=relu)    # reading the count
                         if case[1].fn.__name__ in (("statistics", "grad_input") if relu else ("grad_input",))]
+            out += [case for case in _norm_at(width, t, True, prefix=True, residual=True)   # the tail, padded
+                    if case[1].fn.__name__ == "grad_input"]
     return out
 
 
@@ -202,13 +206,14 @@ def _norm_at(width: int, t: str, batch: bool, prefix: bool = False, relu: bool =
              residual: bool = False) -> list[tuple[str, object, dict, dict, dict]]:
     """(name, kernel, signature, constexprs, options) of the four norm kernels as ``norm.py`` launches them;
     ``prefix``: a padded batch's (the statistics of the rows before ``*valid_ptr``); ``relu``: the activation
-    of the three kernels that apply it (named ``_plain`` without it); ``residual``: ``normalize`` alone as
-    ``residual_norm.py`` launches it (the identity added before the ReLU, named ``_residual``; its other kernels
-    are the plain norm's)."""
+    of the three kernels that apply it (named ``_plain`` without it); ``residual``: the three kernels that take
+    ``RESIDUAL`` as ``residual_norm.py`` launches them (``normalize`` adding the identity before the ReLU, the
+    backward's two masking by the saved output and ``grad_input`` storing the identity's gradient; named
+    ``_residual``; its statistics are the plain norm's)."""
     f64 = t == "fp64"
     acc = "fp64" if f64 else "fp32"
     block_r, block_c, block_t = norm.tiles(width, f64)
-    sig = dict({n: f"*{t}" for n in ("x_ptr", "y_ptr", "id_ptr", "g_ptr", "dx_ptr")},
+    sig = dict({n: f"*{t}" for n in ("x_ptr", "y_ptr", "id_ptr", "g_ptr", "out_ptr", "gm_ptr", "dx_ptr")},
                **{n: f"*{acc}" for n in ("mean_ptr", "m2_ptr", "stat_ptr", "sg_ptr", "sgx_ptr", "sums_ptr", "w_ptr",
                                          "b_ptr", "rm_ptr", "rv_ptr")},
                valid_ptr="*i64", count_ptr="*i64", ticket_ptr="*i32", R="i32", C="i32", ROWS="i32", T="i32",
@@ -217,14 +222,14 @@ def _norm_at(width: int, t: str, batch: bool, prefix: bool = False, relu: bool =
     kernels = [("statistics", dict(rows, BLOCK_T=block_t, PREFIX=prefix)),
                ("normalize", dict(rows, RUNNING=not batch, UPDATE=batch, COUNT=batch, RELU=relu or residual,
                                   RESIDUAL=residual)),
-               ("grad_sums", dict(rows, BLOCK_T=block_t, RELU=relu)),
-               ("grad_input", dict(rows, BATCH=batch, PREFIX=prefix, RELU=relu))]
+               ("grad_sums", dict(rows, BLOCK_T=block_t, RELU=relu and not residual, RESIDUAL=residual)),
+               ("grad_input", dict(rows, BATCH=batch, PREFIX=prefix, RELU=relu and not residual, RESIDUAL=residual))]
     options = dict(FUSED, num_warps=norm.WARPS)
     mode = (("prefix" if prefix else "train") if batch else "eval") + ("_residual" if residual else
                                                                         "" if relu else "_plain")
     return [(f"norm_{name}_{t}_{mode}_tile{block_r}_{block_c}", getattr(triton_norm, name),
              sig, dict(meta, F64=f64), options) for name, meta in kernels
-            if (batch or name in ("normalize", "grad_input")) and (name == "normalize" or not residual)]
+            if (batch or name in ("normalize", "grad_input")) and (name != "statistics" or not residual)]
 
 
 def _gather_at(k: int, width: int, t: str, sig: dict, f64: bool, setting: dict | None = None,

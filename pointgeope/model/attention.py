@@ -56,6 +56,7 @@ Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed", "pointro
 ValueTerm = Literal["rpe", "geope", "none"]
 ROTATIONS = typing.get_args(Rotation)
 PAIR_ROTATIONS = ("rope3d", "rope-mixed", "pointrope")      # 2D rotations of channel pairs (rope.py)
+DISPLACED = ("lingeope", "rope3d", "rope-mixed")    # the rotations that read p_j - p_i in coord's type (stage_memo)
 MixedInit = Literal["random", "axial"]
 
 
@@ -318,8 +319,11 @@ class PointTransformerLayer(nn.Module):
         if self.pe.absolute:                                                     # APE: q_i + e(p_i), k_j + e(p_j)
             e = absolute_features(coord, self._pair_frequencies(feat), c, q.dtype)
             q, key = q + e, key + e
-        disp = displacements(coord, idx)                    # (N, k, 3): p_j - p_i, once a stage (stage_memo)
-        delta = None if self.linear_p is None else self.linear_p(disp.to(feat.dtype).view(-1, 3)).view(n, k, c)
+        disp = displacements(coord, idx) if self.pe.rotation in DISPLACED else None     # (N, k, 3): p_j - p_i
+        delta = None
+        if self.linear_p is not None:       # theta(p_j - p_i) from rows in feat's type (bf16: no cast, stage_memo)
+            rows = disp if disp is not None and disp.dtype == feat.dtype else displacements(coord, idx, feat.dtype)
+            delta = self.linear_p(rows.view(-1, 3)).view(n, k, c)
         tables = self._standard_tables(coord, feat)                             # (5, N, C) or None
 
         relation = self._fused_relation(key, q, idx, disp, delta, tables)      # Triton (fused_attention.py), delta in

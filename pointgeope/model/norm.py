@@ -215,26 +215,31 @@ class _FusedBatchNorm(torch.autograd.Function):
 
 
 def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor, batch_stats: bool,
-              needs: list[bool], valid: Tensor | None = None, relu: bool = True) -> tuple:
+              needs: list[bool], valid: Tensor | None = None, relu: bool = True, out: Tensor | None = None,
+              gm: Tensor | None = None) -> tuple:
     """``(dx, dw, db)`` by the Triton kernels (``None`` where ``needs`` says no); ``valid``: the statistics were
-    the first ``valid`` rows' (a padded batch); ``relu``: the forward's activation."""
+    the first ``valid`` rows' (a padded batch); ``relu``: the forward's activation. The blocks' tail
+    (``residual_norm``) gives its saved output ``out``, whose ReLU mask both kernels apply to ``g`` (``RESIDUAL``),
+    and ``gm`` (``g``'s shape and type, or ``None``), where ``grad_input`` stores the masked gradient."""
     (r, c), f64, dev = x.shape, stats.dtype == torch.float64, x.device
     block_r, block_c, block_t = tiles(c, f64)
     rows, t = partition(r, block_r)
-    k = triton_kernels()
+    k, masks = triton_kernels(), x if out is None else out         # masks: read only with RESIDUAL
     sums = torch.empty(2, c, dtype=stats.dtype, device=dev)   # grad_sums stores all of it; read only where it ran
     if batch_stats or needs[1] or needs[2]:
         partials = torch.empty(2, t, c, dtype=stats.dtype, device=dev)
         with norm_tickets.taken(dev, -(-c // block_c)) as ticket:
-            _launch(k.grad_sums, (t, -(-c // block_c)), x, g, stats, partials[0], partials[1], sums, ticket, r, c, t,
-                    rows, RELU=relu, F64=f64, BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
+            _launch(k.grad_sums, (t, -(-c // block_c)), x, g, masks, stats, partials[0], partials[1], sums, ticket, r,
+                    c, t, rows, RELU=relu, RESIDUAL=out is not None, F64=f64, BLOCK_R=block_r, BLOCK_T=block_t,
+                    BLOCK_C=block_c, device=dev)
     dx = None
-    if needs[0]:
+    if needs[0] or gm is not None:
         dx = torch.empty_like(x)
-        _launch(k.grad_input, (-(-r // block_r), -(-c // block_c)), x, g, stats, sums, dx, _count(valid, sums), r, c,
-                BATCH=batch_stats, PREFIX=valid is not None, RELU=relu, F64=f64, BLOCK_R=block_r,
-                BLOCK_C=block_c, device=dev)
-    return (dx, sums[1].to(weight.dtype) if needs[1] else None, sums[0].to(bias.dtype) if needs[2] else None)
+        _launch(k.grad_input, (-(-r // block_r), -(-c // block_c)), x, g, masks, dx if gm is None else gm, stats,
+                sums, dx, _count(valid, sums), r, c, BATCH=batch_stats, PREFIX=valid is not None, RELU=relu,
+                RESIDUAL=out is not None, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
+    return (dx if needs[0] else None, sums[1].to(weight.dtype) if needs[1] else None,
+            sums[0].to(bias.dtype) if needs[2] else None)
 
 
 def batch_norm_relu(x: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None = None,

@@ -17,13 +17,16 @@ in bf16 and float16 the sum is rounded once to the output's type, where torch ro
 (:data:`EVAL_KERNEL`, ``batch_norm_add_relu_eval``, with its ``info --check`` rows): the published test's forward
 is eval. Gradients in eval (a frozen-statistics fine-tune) go through the ReLU's mask (``g`` unless ``out <= 0``:
 torch's ``threshold_backward`` rule, so a NaN output passes ``g``) to the identity and to the norm's
-fixed-statistics backward, on the norm's kernels (``grad_sums``, ``grad_input``) as the eval norm's backward runs.
+fixed-statistics backward, on the norm's kernels (``grad_sums``, ``grad_input``, the mask applied in both from the
+saved output, as in training).
 
 **Training** on the kernels (:data:`KERNEL`, ``batch_norm_add_relu``) is the norm's two launches with the add and the
 ReLU in the second: the statistics (``triton_norm.statistics``, of a padded batch's real rows too), then
 ``normalize`` with the identity, the running buffers and the batch count moved there as the norm's; backward the
-mask, then the norm's two without its ReLU, where torch's path (``BatchNorm1d``, the add, the ReLU) makes the norm,
-the add and the ReLU forward and the ReLU's and the norm's backward. It is opt-in (``POINTGEOPE_KERNELS=triton``):
+norm's two (``grad_sums``, ``grad_input`` with ``RESIDUAL``: each applies the ReLU's mask, read from the saved
+output, to ``g``, and ``grad_input`` also stores the masked gradient, the identity's), where torch's path
+(``BatchNorm1d``, the add, the ReLU) makes the norm, the add and the ReLU forward and the ReLU's and the norm's
+backward. It is opt-in (``POINTGEOPE_KERNELS=triton``):
 unpadded it runs the plain norm's kernels, which took 1.03-2.21x torch's ``BatchNorm1d`` on an H200 (GPU run 8,
 ``norm.py``), and no GPU has timed it against torch's norm, add and ReLU yet (``bench/bench_norm.py``'s ``residual``
 cases, the GPU check's ``norm_op`` step, will). Without it, training is ``BatchNorm``'s forward (its own kernel
@@ -63,7 +66,9 @@ class _FusedResidual(torch.autograd.Function):
     ``RESIDUAL`` and ``RELU`` (the running buffers and the batch count moved there, as the norm's); in eval that
     launch alone, on the running buffers. Saves ``x``, the parameters, the ``(5, C)`` statistics and the output
     (the ReLU's mask). Backward: ``gm = g [not out <= 0]`` (torch's ``threshold_backward`` rule: NaN passes ``g``)
-    is the identity's gradient, and the norm's backward without its ReLU takes it (``grad_sums``, ``grad_input``)."""
+    is the identity's gradient and the norm's upstream one; the norm's two backward kernels apply the mask
+    themselves from ``out`` (``RESIDUAL``), ``grad_input`` storing ``gm`` too: two launches, no pass of the mask's
+    own (the torch fallback makes ``gm`` by ``torch.where`` and the norm's gradients by autograd)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, identity: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
@@ -80,17 +85,21 @@ class _FusedResidual(torch.autograd.Function):
     @first_order_only(KERNEL_WAY)
     def backward(ctx, g: Tensor):
         x, weight, bias, stats, valid, out = ctx.saved_tensors
-        gm = torch.where(out <= 0, 0, g)    # the ReLU's mask (NaN passes g): the identity's grad, the norm's upstream
-        needs = [ctx.needs_input_grad[0], *ctx.needs_input_grad[2:4]]
+        g, needs = g.contiguous(), [ctx.needs_input_grad[0], *ctx.needs_input_grad[2:4]]
+        gm = torch.empty_like(g) if ctx.needs_input_grad[1] else None     # the identity's: the masked g
         batch, eps = ctx.batch_stats, ctx.eps
 
         def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
             return plain_reference(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0,
                                    eps, valid)
-        dx, dw, db = _kernel(batch).dispatch(
-            x.device, lambda: _backward(x, gm.contiguous(), stats, weight, bias, batch, needs, valid, relu=False),
-            lambda: torch_grads(torch_path, [x, weight, bias], needs, gm), decided=True)
-        return dx, gm if ctx.needs_input_grad[1] else None, dw, db, None, None, None, None, None, None, None
+
+        def on_torch():                 # the ReLU's mask (NaN passes g), then the norm's backward by autograd
+            masked = torch.where(out <= 0, 0, g)
+            return *torch_grads(torch_path, [x, weight, bias], needs, masked), masked if gm is not None else None
+        dx, dw, db, did = _kernel(batch).dispatch(
+            x.device, lambda: (*_backward(x, g, stats, weight, bias, batch, needs, valid, relu=False, out=out, gm=gm),
+                               gm), on_torch, decided=True)
+        return dx, did, dw, db, None, None, None, None, None, None, None
 
 
 def _kernel(batch_stats: bool) -> kernels.Kernel:

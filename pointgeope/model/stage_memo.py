@@ -62,16 +62,24 @@ def memoized(tag: Hashable, inputs: tuple[Tensor, ...], build: Callable[[], Tens
     return memo[key][1]
 
 
-def displacements(coord: Tensor, idx: Tensor) -> Tensor:
-    """``coord[idx] - coord.unsqueeze(1)``: ``p_j - p_i``, ``(N, k, 3)``, for ``coord (N, 3)`` and ``idx (N, k)``;
-    shared inside :func:`shared` where ``coord`` needs no gradient (with one, each layer's own displacements carry
-    its share of it, summed as before)."""
+def displacements(coord: Tensor, idx: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """``(coord[idx] - coord.unsqueeze(1)).to(dtype)``: ``p_j - p_i``, ``(N, k, 3)``, for ``coord (N, 3)`` and
+    ``idx (N, k)``, in ``dtype`` (default ``coord``'s); shared inside :func:`shared` where ``coord`` needs no
+    gradient (with one, each layer's own displacements carry its share of it, summed as before). A constant's
+    other ``dtype`` (the bf16 rows of autocast's position encoding) is written by the subtraction itself
+    (``out=``: computed in ``coord``'s type, rounded to nearest even once on the store, the bits of the cast;
+    one launch, not a cast of a launch of its own)."""
     from pointgeope.model.rotation import constant
 
-    def build() -> Tensor:
-        return coord[idx] - coord.unsqueeze(1)
+    dtype = coord.dtype if dtype is None else dtype
 
-    return memoized("displacements", (coord, idx), build) if constant(coord) else build()
+    def build() -> Tensor:
+        if dtype == coord.dtype or not constant(coord):
+            return (coord[idx] - coord.unsqueeze(1)).to(dtype)
+        out = torch.empty((*idx.shape, 3), dtype=dtype, device=coord.device)
+        return torch.sub(coord[idx], coord.unsqueeze(1), out=out)
+
+    return memoized(("displacements", dtype), (coord, idx), build) if constant(coord) else build()
 
 
 def int64(idx: Tensor) -> Tensor:

@@ -9,7 +9,8 @@ Per channel ``c``, over the ``R`` rows (the points ``N``, or the pairs ``N k`` o
     y      = max(0, x scale_c + shift_c + identity)       (``RESIDUAL``, :func:`normalize` only: PTv1's block tail)
 
 and the adjoint, with ``gm = g [not x scale + shift <= 0]`` (the ReLU's mask, torch's: NaN passes ``g``; ``gm = g``
-without ``RELU``)::
+without ``RELU``; with ``RESIDUAL`` the mask of the tail's saved output, ``gm = g [not y <= 0]``, and
+:func:`grad_input` stores ``gm``, the identity's gradient)::
 
     db_c = sum_r gm                         dw_c = sum_r gm xhat
     dx   = scale_c (gm - db_c / R - xhat dw_c / R)     (batch statistics; with fixed ones dx = scale_c gm)
@@ -226,11 +227,30 @@ def normalize(x_ptr, stat_ptr, y_ptr, id_ptr, rm_ptr, rv_ptr, count_ptr, w_ptr, 
 
 
 @triton.jit
-def grad_sums(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, sums_ptr, ticket_ptr, R, C, T, ROWS, RELU: tl.constexpr,
-              F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+def _masked(x, g_ptr, out_ptr, offs, mask, scale, shift, RELU: tl.constexpr, RESIDUAL: tl.constexpr,
+            F64: tl.constexpr):
+    """``gm`` of a tile (``acc``): ``g`` at ``g_ptr``, where the forward's ReLU let it through, by torch's
+    ``threshold_backward`` rule (0 where the output ``<= 0``: a NaN output passes ``g``); the output
+    ``x scale + shift`` recomputed (``RELU``), or read at ``out_ptr`` (``RESIDUAL``: the tail's ``relu(x scale +
+    shift + identity)`` as stored, in its type, so the mask is that of torch's saved output); ``g`` without
+    either."""
+    acc = tl.float64 if F64 else tl.float32
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
+    if RELU:
+        g = tl.where(x * scale + shift <= 0.0, 0.0, g)
+    if RESIDUAL:
+        g = tl.where(tl.load(out_ptr + offs, mask=mask, other=0.0).to(acc) <= 0.0, 0.0, g)
+    return g
+
+
+@triton.jit
+def grad_sums(x_ptr, g_ptr, out_ptr, stat_ptr, sg_ptr, sgx_ptr, sums_ptr, ticket_ptr, R, C, T, ROWS,
+              RELU: tl.constexpr, RESIDUAL: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr,
+              BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """Program (t, b): ``sum gm`` and ``sum gm xhat`` of rows ``[t ROWS, (t + 1) ROWS)`` into row ``t`` of
     ``sg_ptr``, ``sgx_ptr`` (T, C); the last program of the channel block to store its partial (:func:`_last`)
-    sums the ``T`` partials in order into ``sums (2, C)``: ``db`` (row 0), ``dw`` (row 1)."""
+    sums the ``T`` partials in order into ``sums (2, C)``: ``db`` (row 0), ``dw`` (row 1). With ``RESIDUAL`` (the
+    block's tail, ``residual_norm.py``) the mask is the saved output's at ``out_ptr`` (:func:`_masked`)."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -247,10 +267,7 @@ def grad_sums(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, sums_ptr, ticket_ptr, R, 
         mask = (rows < R)[:, None] & cmask[None, :]
         offs = rows[:, None] * C + cols[None, :]
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
-        gm = g                                  # 0 on the masked rows and channels, as loaded
-        if RELU:
-            gm = tl.where(x * scale + shift <= 0.0, 0.0, g)     # torch's threshold_backward: NaN passes g
+        gm = _masked(x, g_ptr, out_ptr, offs, mask, scale, shift, RELU, RESIDUAL, F64)  # 0 outside the tile
         sg += tl.reduce(gm, 0, _add)
         sgx += tl.reduce(gm * ((x - mean) * invstd), 0, _add)
         r0 += BLOCK_R
@@ -283,12 +300,14 @@ def _finish_sums(sg_ptr, sgx_ptr, sums_ptr, cols, cmask, C, T, steps, F64: tl.co
 
 
 @triton.jit
-def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, valid_ptr, R, C, BATCH: tl.constexpr,
-               PREFIX: tl.constexpr, RELU: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr,
-               BLOCK_C: tl.constexpr):
+def grad_input(x_ptr, g_ptr, out_ptr, gm_ptr, stat_ptr, sums_ptr, dx_ptr, valid_ptr, R, C, BATCH: tl.constexpr,
+               PREFIX: tl.constexpr, RELU: tl.constexpr, RESIDUAL: tl.constexpr, F64: tl.constexpr,
+               BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Program (r, b): ``dx`` of its tile (module docstring), stored in ``dx``'s type. With ``PREFIX`` the
     statistics are the first ``n = *valid_ptr`` rows': ``db`` and ``dw`` (sums over every row) divide by
-    ``n``, and only those rows move the statistics (the others get ``scale gm``)."""
+    ``n``, and only those rows move the statistics (the others get ``scale gm``). With ``RESIDUAL`` (the block's
+    tail) the mask is the saved output's at ``out_ptr`` (:func:`_masked`) and ``gm``, the identity's gradient, is
+    stored at ``gm_ptr`` too (in ``g``'s type: ``g`` or 0, the bits of torch's ``threshold_backward``)."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -298,10 +317,9 @@ def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, valid_ptr, R, C, BATCH:
     shift = tl.load(stat_ptr + 3 * C + cols, mask=cmask, other=0.0)[None, :]
     offs = rows[:, None] * C + cols[None, :]
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
-    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
-    gm = g
-    if RELU:
-        gm = tl.where(x * scale + shift <= 0.0, 0.0, g)     # torch's threshold_backward: NaN passes g
+    gm = _masked(x, g_ptr, out_ptr, offs, mask, scale, shift, RELU, RESIDUAL, F64)
+    if RESIDUAL:
+        tl.store(gm_ptr + offs, gm.to(gm_ptr.dtype.element_ty), mask=mask)
     if BATCH:
         mean = tl.load(stat_ptr + cols, mask=cmask, other=0.0)[None, :]
         invstd = tl.load(stat_ptr + C + cols, mask=cmask, other=0.0)[None, :]

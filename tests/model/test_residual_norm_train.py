@@ -1,14 +1,16 @@
 """Tests of the PTv1 block's tail in training on the kernels (pointgeope/model/residual_norm.py, opt-in:
 ``POINTGEOPE_KERNELS=triton``): ``relu(batch_norm(x) + identity)`` with the batch's statistics in two launches
-forward and two backward (after the ReLU's mask), against torch's ``BatchNorm1d``, add and ReLU by autograd in
-float64 (values; gradients of ``x``, the identity, ``weight`` and ``bias``; running buffers and
-``num_batches_tracked``), also in a padded batch (the statistics of the real rows), and its registration."""
+forward and two backward (the ReLU's mask applied in both, the identity's gradient stored by the second),
+against torch's ``BatchNorm1d``, add and ReLU by autograd in float64 (values; gradients of ``x``, the identity,
+``weight`` and ``bias``; running buffers and ``num_batches_tracked``), also in a padded batch (the statistics of
+the real rows), and its registration."""
 from __future__ import annotations
 
 import warnings
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
 from pointgeope.model import kernels, padding, residual_norm
@@ -194,3 +196,59 @@ def test_a_nan_stays_nan_through_the_tail_as_torchs(launched, dtype, nan_in, tra
                        (ours.bias.grad, ref.bias.grad), (ours.running_mean, ref.running_mean),
                        (ours.running_var, ref.running_var)):
         torch.testing.assert_close(got.detach().double(), ref_t.detach(), rtol=tol, atol=tol * 10, equal_nan=True)
+
+
+class _Ops(TorchDispatchMode):
+    """The aten ops dispatched outside Triton's launches (the interpreter moves a launch's arguments with ops of
+    its own, which a GPU does not run)."""
+
+    def __init__(self, patch: pytest.MonkeyPatch):
+        super().__init__()
+        from triton.runtime.interpreter import InterpretedFunction
+
+        self.names, self.inside, run = [], 0, InterpretedFunction.run
+
+        def counted(fn, *args, **kwargs):
+            self.inside += 1
+            try:
+                return run(fn, *args, **kwargs)
+            finally:
+                self.inside -= 1
+        patch.setattr(InterpretedFunction, "run", counted)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.inside:
+            self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_the_backward_is_the_two_kernels_alone(launched, train):
+    """The ReLU's mask is applied inside ``grad_sums`` and ``grad_input`` (from the saved output), and
+    ``grad_input`` stores the identity's gradient: the backward launches those two kernels and no torch op but
+    allocations and views (no ``where`` pass of its own), training and eval."""
+    ours, _ = _pair(70, torch.float32)
+    ours.train(train)
+    x, identity, up = _inputs(ours, 301, torch.float32)
+    y = ours(x.requires_grad_(), identity.requires_grad_())
+    launched.clear()
+    with pytest.MonkeyPatch.context() as patch, _Ops(patch) as ops:
+        y.backward(up)
+    assert launched == ["grad_sums", "grad_input"]
+    assert set(ops.names) <= {"empty_like", "empty", "select", "detach"}, ops.names
+
+
+@pytest.mark.parametrize("which", ["x", "identity"])
+def test_one_input_alone_takes_its_gradient_from_the_kernels(launched, which):
+    """Only ``x`` or only the identity asks for a gradient (the parameters frozen): each gets torch's float64
+    gradient; the identity's alone still comes from ``grad_input`` (its store of the masked gradient)."""
+    ours, ref = _pair(70, torch.float64)
+    ours.weight.requires_grad_(False), ours.bias.requires_grad_(False)
+    x, identity, up = _inputs(ours, 301, torch.float64)
+    wanted = x if which == "x" else identity
+    wanted.requires_grad_()
+    ours(x, identity).backward(up)
+    want = _reference(ref, x, identity, up)[1 if which == "x" else 2]
+    assert launched[2:] == ["grad_sums", "grad_input"]
+    torch.testing.assert_close(wanted.grad, want, rtol=1e-12, atol=1e-12 * float(want.abs().max()))
+    assert (identity if which == "x" else x).grad is None

@@ -12,6 +12,7 @@ from tests.model.shared_stage import layers_of, shared_and_alone
 
 TINY = dict(blocks=(1, 2, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours=(8, 8, 8),
             decoder_blocks=(1, 1, 1), share_planes=8)
+FLOAT32 = ("displacements", torch.float32)      # the memo's tag of float32 displacements
 
 
 def _neighbours(n=40, k=6, seed=0):
@@ -25,6 +26,33 @@ def test_displacements_are_neighbour_minus_query():
     for i in range(coord.shape[0]):
         for j in range(idx.shape[1]):
             assert torch.equal(got[i, j], coord[idx[i, j]] - coord[i])
+
+
+def _bf16_nearest_even(x: torch.Tensor) -> torch.Tensor:
+    """float32 ``x`` rounded to bfloat16 by the definition (round to nearest, ties to even, on the bits; finite
+    values), written without torch's cast."""
+    bits = x.view(torch.int32).to(torch.int64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return (rounded << 16).to(torch.int32).view(torch.float32)
+
+
+def test_bf16_displacements_are_the_float32_ones_rounded_to_nearest_even():
+    """``displacements(coord, idx, bfloat16)`` of float32 points (autocast's position encoding) is each float32
+    difference rounded to nearest even, ties included (differences whose low 16 bits are exactly 0x8000, rounded
+    up and down), as the cast of the float32 displacements rounds them; shared in a stage as the float32 ones."""
+    coord, idx = _neighbours(n=300, k=8)
+    coord = (coord * 7 - 3).float()
+    ties = torch.stack([torch.zeros(3), torch.tensor([0x3F808000, 0x3F818000, -0x3FBF8000],
+                                                     dtype=torch.int32).view(torch.float32)])   # row 1 - row 0: ties
+    coord = torch.cat([coord, ties])
+    idx = torch.cat([idx, torch.tensor([[301] * 8, [300] * 8])])
+    want = _bf16_nearest_even(coord[idx] - coord.unsqueeze(1)).to(torch.bfloat16)
+    got = displacements(coord, idx, torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert got[300, 0].float().tolist() != (coord[301] - coord[300]).tolist()        # the ties did round
+    with shared():
+        assert displacements(coord, idx, torch.bfloat16) is displacements(coord, idx, torch.bfloat16)
+        assert displacements(coord, idx) is displacements(coord, idx, torch.float32)
 
 
 def test_memoized_builds_once_per_inputs_and_again_after_a_write():
@@ -93,7 +121,7 @@ def test_the_layers_of_a_stage_share_displacements_and_nothing_changes(pe, monke
     coord, feat, offset = _batch()
     runs = shared_and_alone(monkeypatch, built, pe, TINY, coord, feat, offset)
     (shared_logits, shared_grads, shared_list), (alone, alone_grads, alone_list) = runs
-    shared_built, alone_built = shared_list.count("displacements"), alone_list.count("displacements")
+    shared_built, alone_built = shared_list.count(FLOAT32), alone_list.count(FLOAT32)
     assert torch.equal(shared_logits, alone)
     assert all(torch.equal(a, b) for a, b in zip(shared_grads, alone_grads, strict=True))
     assert (shared_built, alone_built) == (3, layers_of(TINY))          # one per stage (3 stages) against one per layer
@@ -116,4 +144,4 @@ def test_an_int32_hierarchy_shares_as_an_int64_one(monkeypatch):
         built.clear()
         got = model(coord, feat, offset, hierarchy=narrow)
     assert torch.equal(got, want)
-    assert built.count("displacements") == 3                   # one per stage (3 stages), not one per layer (7)
+    assert built.count(FLOAT32) == 3                           # one per stage (3 stages), not one per layer (7)

@@ -26,7 +26,9 @@ NORM_KINDS = {f"norm_{kernel}_bf16_train" for kernel in ("statistics", "normaliz
     | {f"norm_{kernel}_bf16_train_plain" for kernel in ("normalize", "grad_sums", "grad_input")} \
     | {"norm_grad_input_bf16_prefix_plain"} \
     | {f"norm_{kernel}_bf16_eval{plain}" for kernel in ("normalize", "grad_input") for plain in ("", "_plain")} \
-    | {f"norm_normalize_bf16_{mode}_residual" for mode in ("train", "eval")}     # the block's tail
+    | {f"norm_{kernel}_bf16_train_residual" for kernel in ("normalize", "grad_sums", "grad_input")} \
+    | {f"norm_{kernel}_bf16_eval_residual" for kernel in ("normalize", "grad_input")} \
+    | {"norm_grad_input_bf16_prefix_residual"}          # the block's tail, its backward's mask in both kernels
 ROT_KINDS = {f"rot_shifted_{t}{way}_sm90" for t in ("fp32", "bf16") for way in ("", "_transpose")} \
     | {"rot_tables_fp32_sm90"}                   # GeoPE's shift tables: apply_shifted, the tables
 
