@@ -67,8 +67,16 @@ def run(workers: int, select: list[str]) -> dict:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     wall, cpu_after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
-    return {"command": shlex.join(cmd), "exit_code": proc.returncode, "workers": workers,
-            "counts": summary_counts(proc.stdout), "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
+    try:
+        counts = summary_counts(proc.stdout)
+    except ValueError:          # a usage error or a crash before the summary: its last line, not a traceback
+        lines = (proc.stderr.strip() or proc.stdout.strip() or "nothing").splitlines()
+        said = [line for line in lines if "error" in line.lower()][-1:] or lines[-1:]
+        print(f"suite_time.py: `{shlex.join(cmd)}` exited {proc.returncode} without pytest's summary line "
+              f"(check --select); it said: {said[0].strip()}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return {"command": shlex.join(cmd), "exit_code": proc.returncode, "workers": workers, "counts": counts,
+            "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
             "load_average_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
             "slowest": slowest(proc.stdout)}
 

@@ -41,3 +41,16 @@ def test_the_command_is_make_tests_pytest_with_the_selection_appended(monkeypatc
         "tests/test_h5.py", "-k", "atomic"]
     monkeypatch.setattr(suite_time.shutil, "which", lambda name: f"/usr/bin/{name}")
     assert suite_time.command(0, [])[:4] == ["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24 -noreset"]
+
+
+def test_a_run_without_a_summary_line_says_pytests_error_line_and_exits_2(monkeypatch, capsys):
+    """pytest's usage error (a bad ``--select``) printed no summary line: the run's output was captured, so a
+    ValueError that said "see its output" showed nothing of it."""
+    said = "pytest: error: unrecognized arguments: --bogus-flag"
+    monkeypatch.setattr(suite_time.subprocess, "run", lambda cmd, **kw: suite_time.subprocess.CompletedProcess(
+        cmd, 4, stdout="", stderr=f"ERROR: usage: pytest [options]\n{said}\n  rootdir: /repo\n"))
+    with pytest.raises(SystemExit) as exit_:
+        suite_time.run(0, ["--bogus-flag"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err and "exited 4" in err and "--bogus-flag" in err
