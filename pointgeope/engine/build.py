@@ -138,7 +138,7 @@ def train_loader(cfg: Config, dataset: S3DISTrain, sampler: ResumableSampler, en
     (``numba_warm``)."""
     in_loader = place.where == "loader"
     if cfg.data.num_workers > 0:                 # numba compiled once here, not once a worker (numba_warm)
-        warm_data_transforms()
+        warm_data_transforms(getattr(dataset, "transform", None))
         if in_loader:
             warm_host_hierarchy(net.hierarchy_spec)
     transform = AttachHierarchy(net.hierarchy_spec, batch_mixing(cfg)) if in_loader else batch_mixing(cfg)

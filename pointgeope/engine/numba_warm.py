@@ -18,7 +18,7 @@ The training transforms call two numba functions of their own, whatever builds t
 beside the step, and the workers make blocks only): the hue and saturation shift (``data.hsv``) and the radix sort
 of the voxel keys (``radix``, through ``voxelize``). With an empty cache each worker compiled them at its first
 sample (about 14 s and 2-4 s on the loaded test machine, every worker at once on the same cores);
-:func:`warm_data_transforms` compiles them first.
+:func:`warm_data_transforms` compiles them first (the hue shift only where the augmentation calls it).
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from pointgeope.data.hsv import shift_hue_saturation
+from pointgeope.data.transforms import HueSaturationTranslation
 from pointgeope.model.ops.backends import FPS_BACKENDS, KNN_BACKENDS, resolve
 from pointgeope.model.ops.hierarchy import UP_NEIGHBOURS
 from pointgeope.morton_order import cloud_order
@@ -60,10 +61,13 @@ def warm_host_hierarchy(spec, clouds: int = 2) -> float | None:
     return time.perf_counter() - start
 
 
-def warm_data_transforms() -> float:
+def warm_data_transforms(transform=None) -> float:
     """Run the training transforms' numba functions on tiny inputs of the dtypes a sample holds (``color`` float32
-    ``(N, 3)``, voxel keys int64; module docstring): the seconds it took (the compile, with an empty cache)."""
+    ``(N, 3)``, voxel keys int64; module docstring): the seconds it took (the compile, with an empty cache). The hue
+    shift only where the dataset's ``transform`` (a ``transforms.Compose``) holds a ``HueSaturationTranslation``
+    (``data.augment: ptv1``; the other sets never call it), the voxel sort always (every dataset's grid sampling)."""
     start = time.perf_counter()
-    shift_hue_saturation(np.zeros((2, 3), np.float32), 0.0, 1.0)
+    if any(isinstance(t, HueSaturationTranslation) for t in getattr(transform, "transforms", [transform])):
+        shift_hue_saturation(np.zeros((2, 3), np.float32), 0.0, 1.0)
     sort_nonnegative(np.array([1, 0], np.int64))
     return time.perf_counter() - start

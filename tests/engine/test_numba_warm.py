@@ -120,11 +120,11 @@ def test_the_transforms_numba_signatures_are_the_ones_the_warm_up_compiles():
 
     from pointgeope import radix
     from pointgeope.data import hsv
-    from pointgeope.data.transforms import HueSaturationTranslation
+    from pointgeope.data.transforms import HueSaturationTranslation, s3dis_train_transform
     from pointgeope.data.voxelize import voxel_sample
     from pointgeope.engine.numba_warm import warm_data_transforms
 
-    warm_data_transforms()
+    warm_data_transforms(s3dis_train_transform("ptv1"))
     warmed = {f: set(f.signatures) for f in (hsv._shift, radix.radix_sort)}
     rng = np.random.default_rng(0)
     sample = {"coord": rng.random((500, 3), dtype=np.float32), "color": rng.random((500, 3), dtype=np.float32) * 255}
@@ -132,3 +132,18 @@ def test_the_transforms_numba_signatures_are_the_ones_the_warm_up_compiles():
     kept = voxel_sample(sample["coord"], 0.05, rng)
     assert shifted["color"].shape == (500, 3) and 0 < len(kept) < 500      # both ran (a grid of 0.05 merges)
     assert {f: set(f.signatures) for f in warmed} == warmed
+
+
+@pytest.mark.parametrize(("augment", "shifts"), [("ptv1", True), ("pointcept", False), ("none", False)])
+def test_the_hue_shift_is_warmed_only_where_the_transforms_call_it(monkeypatch, augment, shifts):
+    """Only ``data.augment: ptv1`` shifts hues (``HueSaturationTranslation``): the other sets' runs do not compile
+    it at start (with an empty cache a compile of seconds, for a function no worker calls); the voxel sort is
+    warmed for every set (every dataset's grid sampling sorts)."""
+    from pointgeope.data.transforms import s3dis_train_transform
+    from pointgeope.engine import numba_warm
+
+    called = []
+    monkeypatch.setattr(numba_warm, "shift_hue_saturation", lambda *a: called.append("hue"))
+    monkeypatch.setattr(numba_warm, "sort_nonnegative", lambda *a: called.append("sort"))
+    numba_warm.warm_data_transforms(s3dis_train_transform(augment))
+    assert called == (["hue", "sort"] if shifts else ["sort"])
