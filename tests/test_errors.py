@@ -85,6 +85,36 @@ def test_a_data_loader_worker_that_died_is_one_line_saying_to_run_again(capsys, 
         run_command("pointgeope x", _raise(RuntimeError("DataLoader worker is a bug")))
 
 
+class _StoppedData(torch.utils.data.Dataset):
+    """Each item ends the worker process that reads it by ``signum`` under its default action, as a stop sent
+    to the whole process group (a job scheduler's SIGTERM, a terminal's Ctrl-C) ends a worker."""
+
+    def __init__(self, signum):
+        self.signum = signum
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        signal.signal(self.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), self.signum)
+        time.sleep(10)
+
+
+@pytest.mark.parametrize(("signum", "code", "said"), [(signal.SIGTERM, 143, "terminated"),
+                                                      (signal.SIGINT, 130, "interrupted")])
+def test_a_data_loader_worker_stopped_by_a_signal_sent_to_the_group_is_the_commands_stop(capsys, signum, code,
+                                                                                        said):
+    """A scheduler's SIGTERM (or Ctrl-C) reaches the loader workers as well as the main process; a worker it
+    ended first was the dead-worker error (exit code 2), which a scheduler does not read as its stop: it is
+    the main process's own stop, its line and exit code 143 (130)."""
+    def read_all():
+        return sum(1 for _ in torch.utils.data.DataLoader(_StoppedData(signum), num_workers=1))
+
+    assert run_command("pointgeope x", read_all) == code
+    assert capsys.readouterr().err == f"pointgeope x: {said}\n"
+
+
 def test_environment_errors_are_the_users_and_bugs_are_not(capsys):
     full = OSError(errno.ENOSPC, "No space left on device", "/data/out/Area_1.h5")
     assert run_command("pointgeope prepare", _raise(full)) == 2
