@@ -42,7 +42,7 @@ def dead_worker_message(err: BaseException) -> str | None:
     while err is not None and len(found) < 8:
         if isinstance(err, RuntimeError) and (match := _DEAD_WORKER.search(str(err))):
             found.append(match)
-        err = err.__cause__ or err.__context__
+        err = err.__cause__  # torch raises its own from the first; a bug while handling it has it as context only
     if not found:
         return None
     pids, how = max(found, key=lambda m: len(m.group(2))).groups()  # the signal or exit code, where said
@@ -67,5 +67,5 @@ def dead_worker_stop(err: BaseException) -> int | None:
             for signum, name in _STOPS.items():
                 if name and match.group(2) == f"is killed by signal: {name}":
                     return signum
-        err = err.__cause__ or err.__context__
+        err = err.__cause__  # torch raises its own from the first; a bug while handling it has it as context only
     return None

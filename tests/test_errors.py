@@ -85,6 +85,20 @@ def test_a_data_loader_worker_that_died_is_one_line_saying_to_run_again(capsys, 
         run_command("pointgeope x", _raise(RuntimeError("DataLoader worker is a bug")))
 
 
+def test_a_bug_while_a_dead_loader_worker_is_handled_keeps_its_traceback():
+    """The dead-worker line is for torch's error and the errors raised from it (``raise ... from``, as torch's
+    iterator raises its own); a bug raised while it is handled (an ``except`` or ``finally`` block's) has it
+    as context only and is a bug, as a stop's context is (stop_behind)."""
+    def bug_while_handling():
+        try:
+            sum(1 for _ in torch.utils.data.DataLoader(_DyingData(signal.SIGKILL), num_workers=1))
+        except RuntimeError:
+            raise KeyError("a bug of the handler")  # noqa: B904  (its context is the dead worker)
+
+    with pytest.raises(KeyError, match="a bug of the handler"):
+        run_command("pointgeope x", bug_while_handling)
+
+
 class _StoppedData(torch.utils.data.Dataset):
     """Each item ends the worker process that reads it by ``signum`` under its default action, as a stop sent
     to the whole process group (a job scheduler's SIGTERM, a terminal's Ctrl-C) ends a worker."""
