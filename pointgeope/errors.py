@@ -183,6 +183,8 @@ def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None], Calla
         timer.start()
 
     def stop_again(unraisable) -> None:
+        if dead_worker_stop(unraisable.exc_value) is not None:  # a stop sent to the loader workers too, said
+            return  # as the main process's own (torch's SIGCHLD handler raised it as the iterator shut down)
         if (not issubclass(unraisable.exc_type, KeyboardInterrupt)
                 or threading.current_thread() is not threading.main_thread()):
             hook(unraisable)

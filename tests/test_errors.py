@@ -129,6 +129,39 @@ def test_a_data_loader_worker_stopped_by_a_signal_sent_to_the_group_is_the_comma
     assert capsys.readouterr().err == f"pointgeope x: {said}\n"
 
 
+class _ShutDownAfter:
+    """Raises torch's SIGCHLD report of a loader worker ended by ``how`` where Python drops exceptions, as
+    ``_MultiProcessingDataLoaderIter.__del__`` does while it joins its workers."""
+
+    def __init__(self, how):
+        self.how = how
+
+    def __del__(self):
+        raise RuntimeError(f"DataLoader worker (pid 7) is killed by signal: {self.how}. ")
+
+
+def test_a_loader_worker_the_stop_ended_as_its_iterator_shuts_down_is_no_traceback(monkeypatch):
+    """A scheduler's SIGTERM to the process group ends the loader workers too; torch's SIGCHLD handler then
+    raised its error in the iterator's ``__del__`` as the stop unwound, and Python printed "Exception ignored
+    ... is killed by signal: Terminated" with its traceback before ``terminated`` (3 of 3
+    ``kill -TERM -<pgid>`` of a train with data.num_workers=2). A worker a stop ended is said by that stop;
+    any other worker's death is still shown."""
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(str(unraisable.exc_value)))
+
+    def drop(how):
+        def command():
+            _ShutDownAfter(how)  # dropped at once: its __del__ runs here
+            return 0
+        return command
+
+    assert run_command("pointgeope x", drop(signal.strsignal(signal.SIGTERM))) == 0
+    assert run_command("pointgeope x", drop(signal.strsignal(signal.SIGINT))) == 0
+    assert seen == []
+    assert run_command("pointgeope x", drop("Killed")) == 0
+    assert seen == ["DataLoader worker (pid 7) is killed by signal: Killed. "]
+
+
 def test_environment_errors_are_the_users_and_bugs_are_not(capsys):
     full = OSError(errno.ENOSPC, "No space left on device", "/data/out/Area_1.h5")
     assert run_command("pointgeope prepare", _raise(full)) == 2
