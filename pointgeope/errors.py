@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from pointgeope.extras import toolkit_message
-from pointgeope.loader_errors import dead_worker_message, worker_original
+from pointgeope.loader_errors import dead_worker_message, dead_worker_stop, worker_original
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
@@ -183,6 +183,8 @@ def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None], Calla
         timer.start()
 
     def stop_again(unraisable) -> None:
+        if dead_worker_stop(unraisable.exc_value) is not None:  # a stop sent to the loader workers too, said
+            return  # as the main process's own (torch's SIGCHLD handler raised it as the iterator shut down)
         if (not issubclass(unraisable.exc_type, KeyboardInterrupt)
                 or threading.current_thread() is not threading.main_thread()):
             hook(unraisable)
@@ -365,6 +367,8 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
             return _said(prog, stop)
         if (message := dead_worker_message(err)) is None or debug:
             raise
+        if (signum := dead_worker_stop(err)) is not None:  # a stop sent to the workers too: the command's stop
+            return _said(prog, Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
         print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
 

@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import re
+import signal
 
-__all__ = ["worker_original", "dead_worker_message"]
+__all__ = ["worker_original", "dead_worker_message", "dead_worker_stop"]
 
 
 # torch re-raises an error of a DataLoader worker process (a damaged or deleted area file read with
@@ -41,7 +42,7 @@ def dead_worker_message(err: BaseException) -> str | None:
     while err is not None and len(found) < 8:
         if isinstance(err, RuntimeError) and (match := _DEAD_WORKER.search(str(err))):
             found.append(match)
-        err = err.__cause__ or err.__context__
+        err = err.__cause__  # torch raises its own from the first; a bug while handling it has it as context only
     if not found:
         return None
     pids, how = max(found, key=lambda m: len(m.group(2))).groups()  # the signal or exit code, where said
@@ -49,3 +50,22 @@ def dead_worker_message(err: BaseException) -> str | None:
     return (f"a data loader worker process (pid {pids}) {how} (out of memory, killed, or crashed); what was "
             "written before it is kept: run the same command again (a training resumes from its last "
             "checkpoint), or with data.num_workers=0 to load in the main process")
+
+
+# a stop someone sent (a job scheduler's SIGTERM to the whole process group, a terminal's Ctrl-C), in torch's
+# words: the C library's name of the signal (strsignal, as torch's SIGCHLD handler writes it)
+_STOPS = {signal.SIGTERM: signal.strsignal(signal.SIGTERM), signal.SIGINT: signal.strsignal(signal.SIGINT)}
+
+
+def dead_worker_stop(err: BaseException) -> int | None:
+    """SIGTERM or SIGINT if ``err`` is torch's report of a DataLoader worker process killed by that signal
+    (found as :func:`dead_worker_message` finds it), else ``None``. Sent to a whole process group (a
+    scheduler's time limit or preemption, Ctrl-C in a terminal), it may end a worker before the main process
+    handles its own: the command is then stopped, not failed (``terminated``, 143; ``interrupted``, 130)."""
+    while err is not None:
+        if isinstance(err, RuntimeError) and (match := _DEAD_WORKER.search(str(err))):
+            for signum, name in _STOPS.items():
+                if name and match.group(2) == f"is killed by signal: {name}":
+                    return signum
+        err = err.__cause__  # torch raises its own from the first; a bug while handling it has it as context only
+    return None

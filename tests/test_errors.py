@@ -85,6 +85,83 @@ def test_a_data_loader_worker_that_died_is_one_line_saying_to_run_again(capsys, 
         run_command("pointgeope x", _raise(RuntimeError("DataLoader worker is a bug")))
 
 
+def test_a_bug_while_a_dead_loader_worker_is_handled_keeps_its_traceback():
+    """The dead-worker line is for torch's error and the errors raised from it (``raise ... from``, as torch's
+    iterator raises its own); a bug raised while it is handled (an ``except`` or ``finally`` block's) has it
+    as context only and is a bug, as a stop's context is (stop_behind)."""
+    def bug_while_handling():
+        try:
+            sum(1 for _ in torch.utils.data.DataLoader(_DyingData(signal.SIGKILL), num_workers=1))
+        except RuntimeError:
+            raise KeyError("a bug of the handler")  # noqa: B904  (its context is the dead worker)
+
+    with pytest.raises(KeyError, match="a bug of the handler"):
+        run_command("pointgeope x", bug_while_handling)
+
+
+class _StoppedData(torch.utils.data.Dataset):
+    """Each item ends the worker process that reads it by ``signum`` under its default action, as a stop sent
+    to the whole process group (a job scheduler's SIGTERM, a terminal's Ctrl-C) ends a worker."""
+
+    def __init__(self, signum):
+        self.signum = signum
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        signal.signal(self.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), self.signum)
+        time.sleep(10)
+
+
+@pytest.mark.parametrize(("signum", "code", "said"), [(signal.SIGTERM, 143, "terminated"),
+                                                      (signal.SIGINT, 130, "interrupted")])
+def test_a_data_loader_worker_stopped_by_a_signal_sent_to_the_group_is_the_commands_stop(capsys, signum, code,
+                                                                                        said):
+    """A scheduler's SIGTERM (or Ctrl-C) reaches the loader workers as well as the main process; a worker it
+    ended first was the dead-worker error (exit code 2), which a scheduler does not read as its stop: it is
+    the main process's own stop, its line and exit code 143 (130)."""
+    def read_all():
+        return sum(1 for _ in torch.utils.data.DataLoader(_StoppedData(signum), num_workers=1))
+
+    assert run_command("pointgeope x", read_all) == code
+    assert capsys.readouterr().err == f"pointgeope x: {said}\n"
+
+
+class _ShutDownAfter:
+    """Raises torch's SIGCHLD report of a loader worker ended by ``how`` where Python drops exceptions, as
+    ``_MultiProcessingDataLoaderIter.__del__`` does while it joins its workers."""
+
+    def __init__(self, how):
+        self.how = how
+
+    def __del__(self):
+        raise RuntimeError(f"DataLoader worker (pid 7) is killed by signal: {self.how}. ")
+
+
+def test_a_loader_worker_the_stop_ended_as_its_iterator_shuts_down_is_no_traceback(monkeypatch):
+    """A scheduler's SIGTERM to the process group ends the loader workers too; torch's SIGCHLD handler then
+    raised its error in the iterator's ``__del__`` as the stop unwound, and Python printed "Exception ignored
+    ... is killed by signal: Terminated" with its traceback before ``terminated`` (3 of 3
+    ``kill -TERM -<pgid>`` of a train with data.num_workers=2). A worker a stop ended is said by that stop;
+    any other worker's death is still shown."""
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(str(unraisable.exc_value)))
+
+    def drop(how):
+        def command():
+            _ShutDownAfter(how)  # dropped at once: its __del__ runs here
+            return 0
+        return command
+
+    assert run_command("pointgeope x", drop(signal.strsignal(signal.SIGTERM))) == 0
+    assert run_command("pointgeope x", drop(signal.strsignal(signal.SIGINT))) == 0
+    assert seen == []
+    assert run_command("pointgeope x", drop("Killed")) == 0
+    assert seen == ["DataLoader worker (pid 7) is killed by signal: Killed. "]
+
+
 def test_environment_errors_are_the_users_and_bugs_are_not(capsys):
     full = OSError(errno.ENOSPC, "No space left on device", "/data/out/Area_1.h5")
     assert run_command("pointgeope prepare", _raise(full)) == 2
