@@ -194,6 +194,14 @@ def default_out(what: str, amp: str) -> Path:
     return RESULTS / f"launch_count{'' if what == 'step' else '_' + what}{'' if amp == 'none' else '_' + amp}.json"
 
 
+def registered_kernels() -> list[str]:
+    """The names ``--opt-in`` takes: every kernel the model registers (``kernels.registered``), sorted."""
+    import pointgeope.model  # noqa: F401 - registers the model's kernels
+    from pointgeope.model import kernels
+
+    return sorted(kernel.name for kernel in kernels.registered())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--what", choices=("step", "test"), default="step",
@@ -211,6 +219,10 @@ def main() -> int:
     parser.add_argument("--json-only", action="store_true",
                         help="print the counts and the package's folder as one JSON line, write nothing")
     args = parser.parse_args()
+    unknown = sorted(set(args.opt_in) - set(registered_kernels()))
+    if unknown:                                     # one line, exit 2, before a preset is built
+        parser.error(f"--opt-in: expected registered kernels, got {', '.join(unknown)}; registered: "
+                     f"{', '.join(registered_kernels())}")
     torch.set_num_threads(1)
     if args.json_only:
         with contextlib.redirect_stdout(sys.stderr):

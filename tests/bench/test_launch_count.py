@@ -311,3 +311,30 @@ def test_the_counted_package_records_its_own_checkouts_commit_not_the_working_fo
     got = json.loads(out.read_text())
     assert got["provenance"]["commit"] == git(checkout, "rev-parse", "HEAD") != bench_io.git_commit()
     assert (got["provenance"]["dirty"], got["package"]) == (False, str(checkout / "pointgeope"))
+
+
+def test_an_opt_in_kernel_counts_as_a_cuda_default_inside_the_block_alone(launch_count):
+    """``cuda_choices(("batch_norm_add_relu",))`` (``--opt-in``) turns the blocks' training tail on for CPU
+    tensors as on CUDA inside the block, and leaves it opt-in after it."""
+    from pointgeope.model import residual_norm
+
+    cpu = torch.device("cpu")
+    with launch_count.cuda_choices():
+        assert not residual_norm.KERNEL.enabled(cpu)                         # opt-in: off by default
+    with launch_count.cuda_choices(("batch_norm_add_relu",)):
+        assert residual_norm.KERNEL.enabled(cpu)
+    with launch_count.cuda_choices():
+        assert not residual_norm.KERNEL.enabled(cpu)                         # restored
+
+
+def test_an_unknown_opt_in_kernel_is_one_line_and_exit_2_before_any_count(launch_count, monkeypatch, capsys):
+    """``--opt-in`` with a name no kernel is registered under: argparse's one line (what came, the registered
+    names), exit 2, before a preset is built (it was a ``ValueError`` traceback after the first one)."""
+    import sys
+
+    monkeypatch.setattr(launch_count, "count", lambda *args: pytest.fail("counted"))
+    monkeypatch.setattr(sys, "argv", ["launch_count.py", "--json-only", "--opt-in", "batch_norm_add_reluu"])
+    with pytest.raises(SystemExit) as exit_:
+        launch_count.main()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and "batch_norm_add_reluu" in err and "batch_norm_add_relu," in err

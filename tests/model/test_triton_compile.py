@@ -17,7 +17,7 @@ pytest.importorskip("triton.backends.nvidia", reason="this Triton has no NVIDIA 
 REPO = Path(__file__).resolve().parents[2]
 
 
-KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear")
+KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear", "fold")   # fold: frame_fold
          for way in ("forward", "backward")} \
     | {f"att_{op}_gather_bf16_k16" for op in ("relation", "frame", "aggregate")} \
     | {"att_aggregate_backward_atomic_bf16", "att_frame_backward_turned_bf16"}   # the other ways to sum
