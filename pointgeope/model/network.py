@@ -262,7 +262,7 @@ class PointTransformerSeg(nn.Module):
         coord, feat, offset, counts = self._inputs(coord, feat, offset, read=hierarchy is None)
         if self.check_finite:
             check_finite("feat", feat)
-        if hierarchy is None or coord.device.type == "cpu" or self.check_finite:   # no read added to a GPU step
+        if hierarchy is None or self.check_finite:    # a given hierarchy's step reads nothing (a CUDA graph's body)
             warn_coarse(self, coord, self.grid_size)                 # float32 UTM metres: once, a RuntimeWarning
         if hierarchy is None:
             hierarchy = self.hierarchy_spec(coord, counts)           # host offsets: no second copy from the device
