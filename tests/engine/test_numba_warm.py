@@ -28,11 +28,14 @@ from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.placement import HierarchyPlace
 from pointgeope import morton_order, radix
 from pointgeope.data import hsv
+from pointgeope.data.transforms import s3dis_train_transform
 from pointgeope.model.ops import bucket_fps, kd_knn
 cfg = load_config(None, json.loads(sys.argv[1]))
 net = build.model(cfg)
 env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-dataset = list(range(8))
+class Rooms(list):                       # a training dataset's transform: the authors' set, with the hue shift
+    transform = s3dis_train_transform("ptv1")
+dataset = Rooms(range(8))
 loader = build.train_loader(cfg, dataset, build.ResumableSampler(dataset, env, seed=0), env, net,
                             HierarchyPlace("loader", "data.hierarchy=loader", env.device))
 assert loader.num_workers == 2

@@ -42,9 +42,9 @@ def test_grad_sums_stores_both_sums_of_every_channel(interpreted, channels, part
     scratch = torch.full((2, partials, channels), float("nan"), dtype=dtype)
     sums = torch.full((2, channels), float("nan"), dtype=dtype)
     with norm_tickets.taken(x.device, -(-channels // block_c)) as tickets:
-        norm._launch(norm.triton_kernels().grad_sums, (partials, -(-channels // block_c)), x, up, stats, scratch[0],
-                     scratch[1], sums, tickets, rows, channels, partials, per, RELU=False, F64=f64, BLOCK_R=block_r,
-                     BLOCK_T=block_t, BLOCK_C=block_c, device=x.device)
+        norm._launch(norm.triton_kernels().grad_sums, (partials, -(-channels // block_c)), x, up, x, stats,
+                     scratch[0], scratch[1], sums, tickets, rows, channels, partials, per, RELU=False, RESIDUAL=False,
+                     F64=f64, BLOCK_R=block_r, BLOCK_T=block_t, BLOCK_C=block_c, device=x.device)   # x: masks, unread
     assert not sums.isnan().any()
     x64, up64, s64 = x.double(), up.double(), stats.double()
     want = torch.stack([up64.sum(0), (up64 * (x64 - s64[0]) * s64[1]).sum(0)])
