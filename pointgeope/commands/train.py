@@ -32,8 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.config import load_config
-    from pointgeope.engine.train import train
 
     overrides = config_overrides(args.overrides, {"--data-root": ("data.root", args.data_root),
                                                   "--run-dir": ("train.run_dir", args.run_dir)})
-    return train(load_config(args.config, overrides), args.test_area, force=args.force)
+    cfg = load_config(args.config, overrides)
+    from pointgeope.engine.train import train  # after the config: a mistake in it is told without the data stack
+
+    return train(cfg, args.test_area, force=args.force)

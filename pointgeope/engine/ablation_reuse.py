@@ -23,11 +23,6 @@ from pathlib import Path
 
 from pointgeope.constants import FOLD_NAME, fold_folder_name
 from pointgeope.data.folds import Fold
-from pointgeope.engine.checkpoint import (
-    CheckpointError,
-    checkpoint_config,
-    load_checkpoint,
-)
 from pointgeope.engine.config_diff import config_differences, describe_differences
 from pointgeope.engine.record_keys import predating_note
 from pointgeope.engine.retrain import note_path
@@ -45,6 +40,8 @@ def _saved(last: Path) -> tuple[dict, dict] | None:
     be read (train names that itself). Its tensors are mapped from the file, not read."""
     if not last.is_file():
         return None
+    from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config, load_checkpoint  # torch: not
+    #                                                               imported by an ablation that has no trial to reuse
     try:
         ckpt = load_checkpoint(last, mmap=True)
         return ckpt, checkpoint_config(ckpt, last)
@@ -92,6 +89,7 @@ def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: 
     if not saved:
         return
     from pointgeope.data.check import area_checksums
+    from pointgeope.engine.checkpoint import CheckpointError
     from pointgeope.engine.fold_record import check_trained_fold
     from pointgeope.engine.trained_data import check_data_of, saved_data
     from pointgeope.h5 import area_path

@@ -115,9 +115,8 @@ def pipeline_problem(cfg) -> str | None:
 def backbone_problem(m: ModelConfig) -> str | None:
     """A key of the other backbone set away from its default, or an encoding the backbone does not have:
     PTv1 takes ``attention.PRESETS``, PTv3 ``qk_encodings.QK_ENCODINGS``; ``None`` when all agree."""
-    from pointgeope.model.attention import PRESETS
     from pointgeope.model.config import PTv3Config, ptv1_settings
-    from pointgeope.model.qk_encodings import QK_ENCODINGS
+    from pointgeope.model.presets import PRESETS, QK_ENCODINGS
 
     if m.backbone == "ptv1":
         changed = [f"model.ptv3.{k}" for k, v in vars(m.ptv3).items() if v != getattr(PTv3Config(), k)]
@@ -159,8 +158,7 @@ OWN_FREQUENCIES = {"point3drope": "Utonia's fixed frequencies (base 10; its scal
 def frequency_keys_read(m: ModelConfig, pe: str | None = None) -> tuple[str, ...]:
     """The keys of :data:`FREQUENCY_KEYS` that the encoding ``pe`` (default ``model.pe``) reads on ``m``'s
     backbone: PTv3's ``qk_encodings.GEOPE_FREQUENCY_ENCODINGS`` both; PTv1's ``attention.frequency_keys``."""
-    from pointgeope.model.attention import PRESETS, frequency_keys
-    from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS
+    from pointgeope.model.presets import GEOPE_FREQUENCY_ENCODINGS, PRESETS, frequency_keys
 
     pe = m.pe if pe is None else pe
     if m.backbone == "ptv3":
@@ -170,8 +168,7 @@ def frequency_keys_read(m: ModelConfig, pe: str | None = None) -> tuple[str, ...
 
 def encodings_of(backbone: str) -> tuple[str, ...]:
     """The encodings of ``backbone``: PTv3's ``QK_ENCODINGS``, PTv1's ``attention.PRESETS``."""
-    from pointgeope.model.attention import PRESETS
-    from pointgeope.model.qk_encodings import QK_ENCODINGS
+    from pointgeope.model.presets import PRESETS, QK_ENCODINGS
 
     return tuple(QK_ENCODINGS) if backbone == "ptv3" else tuple(PRESETS)
 

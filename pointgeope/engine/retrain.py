@@ -21,7 +21,6 @@ from pathlib import Path
 
 from pointgeope import json_text
 from pointgeope.atomic import write_text_atomic
-from pointgeope.engine.checkpoint import CheckpointDenied
 from pointgeope.errors import UserError
 
 __all__ = ["RETRAIN_NOTE", "note_path", "note_retrain", "read_retrain_note", "retrain_from_scratch"]
@@ -50,6 +49,8 @@ def retrain_from_scratch(err: BaseException, fold_folder: str | Path) -> BaseExc
     clears that folder's outputs), for ``raise retrain_from_scratch(UserError(...), run)``; a checkpoint this
     user may not read (:class:`~pointgeope.engine.checkpoint.CheckpointDenied`) is left unmarked: its fold may
     be sound, and its permissions are the way out."""
+    from pointgeope.engine.checkpoint import CheckpointDenied  # here: checkpoint imports torch, ablate's parent not
+
     if not isinstance(err, CheckpointDenied):
         err.retrain_folder = Path(fold_folder)
     return err

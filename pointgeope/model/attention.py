@@ -29,8 +29,6 @@ random initialisation (or ``rope3d``'s, ``mixed_init="axial"``).
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -44,6 +42,14 @@ from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.norm import BatchNormReLU
 from pointgeope.model.ops import gather
 from pointgeope.model.ops.checks import check_count
+from pointgeope.model.presets import (
+    PAIR_ROTATIONS,
+    PRESETS,
+    MixedInit,
+    PositionalEncoding,
+    frequency_keys,
+    options_read,
+)
 from pointgeope.model.qkv import qkv_product
 from pointgeope.model.rope import axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame, pointrope_table
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
@@ -52,82 +58,7 @@ from pointgeope.model.stage_memo import displacements, int64
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "options_read",
            "options_for", "frequency_keys", "pair_frequencies"]
 
-Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed", "pointrope"]
-ValueTerm = Literal["rpe", "geope", "none"]
-ROTATIONS = typing.get_args(Rotation)
-PAIR_ROTATIONS = ("rope3d", "rope-mixed", "pointrope")      # 2D rotations of channel pairs (rope.py)
 DISPLACED = ("lingeope", "rope3d", "rope-mixed")    # the rotations that read p_j - p_i in coord's type (stage_memo)
-MixedInit = Literal["random", "axial"]
-
-
-@dataclass(frozen=True)
-class PositionalEncoding:
-    """How positions enter the attention: the relation's rotation, its ``delta`` term, the value term and
-    absolute position features added to queries and keys.
-
-    ``value="geope"`` applies the relation's kind of rotation to the values (linear when the relation is
-    ``lingeope``, RoPE's with ``rope3d``/``rope-mixed``/``pointrope``, standard GeoPE otherwise).
-    """
-
-    rotation: Rotation = "none"
-    relation_delta: bool = True
-    value: ValueTerm = "rpe"
-    absolute: bool = False
-
-    def __post_init__(self):
-        if self.rotation not in ROTATIONS:
-            raise ValueError(f"expected rotation in {ROTATIONS}, got {self.rotation!r}")
-        if self.value not in ("rpe", "geope", "none"):
-            raise ValueError(f"expected value in ('rpe', 'geope', 'none'), got {self.value!r}")
-
-    @property
-    def needs_delta(self) -> bool:
-        return self.relation_delta or self.value == "rpe"
-
-    @property
-    def value_rotation(self) -> str | None:
-        """The rotation of the values (``value="geope"``): the relation's kind, standard GeoPE where the
-        relation has none; ``None`` for the other value terms."""
-        if self.value != "geope":
-            return None
-        return "geope" if self.rotation == "none" else self.rotation
-
-    @property
-    def rotates(self) -> bool:
-        """Whether keys or values are turned by positions (a block of three channels at least)."""
-        return self.rotation != "none" or self.value == "geope"
-
-    @property
-    def uses_positions(self) -> bool:
-        """Whether positions enter other than through ``delta``'s MLP (a rotation or the sinusoids)."""
-        return self.rotates or self.absolute
-
-    @staticmethod
-    def preset(name: str | PositionalEncoding) -> PositionalEncoding:
-        """The named preset (a key of ``PRESETS``)."""
-        if isinstance(name, PositionalEncoding):
-            return name
-        if name not in PRESETS:
-            raise ValueError(f"unknown positional encoding {name!r}; expected one of {sorted(PRESETS)}")
-        return PRESETS[name]
-
-
-PRESETS: dict[str, PositionalEncoding] = {
-    "rpe": PositionalEncoding("none", True, "rpe"),          # Point Transformer as published
-    "geope": PositionalEncoding("geope", False, "rpe"),      # GeoPE replaces the relation's RPE
-    "lingeope": PositionalEncoding("lingeope", False, "rpe"),
-    "geope+rpe": PositionalEncoding("geope", True, "rpe"),
-    "lingeope+rpe": PositionalEncoding("lingeope", True, "rpe"),
-    "none": PositionalEncoding("none", False, "none"),
-    # baselines of GeoPE on the same network: axial RoPE at GeoPE's frequencies (isolates the coupling of
-    # the axes), LitePT's PointROPE (its own frequencies and grids), RoPE-Mixed (learnt mixed frequencies),
-    # sinusoids
-    "rope3d": PositionalEncoding("rope3d", False, "rpe"),
-    "rope3d+rpe": PositionalEncoding("rope3d", True, "rpe"),
-    "rope-mixed": PositionalEncoding("rope-mixed", False, "rpe"),
-    "pointrope": PositionalEncoding("pointrope", False, "rpe"),
-    "ape": PositionalEncoding("none", False, "rpe", absolute=True),
-}
 
 
 def position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scale: float, learnable: bool,
@@ -156,38 +87,12 @@ def position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scal
     return scale, nn.Parameter(axial_frequencies(scale(torch.float32, torch.device("cpu")), channels))
 
 
-def options_read(pe: PositionalEncoding, mixed_init: MixedInit = "random") -> tuple[str, ...]:
-    """The options of a layer's positions that ``pe`` reads (:func:`position_scales` and PointROPE's grid), by
-    their names in ``pointgeope.nn.GeoPEPointTransformerConv``: ``pos_scale``, ``base``, ``learnable`` where its
-    rotations or sinusoids turn at GeoPE's block scales; RoPE-Mixed ``mixed_init`` and ``pos_scale``, and
-    ``base`` with ``mixed_init="axial"`` only (its learnt frequencies start there; random ones are drawn at base
-    10), never ``learnable`` (its frequencies are always learnt); PointROPE ``grid_unit`` only (its frequencies
-    are constants per cell); nothing without rotations and sinusoids (``rpe``, ``none``). The one owner of
-    which option an encoding reads: :func:`frequency_keys` (the config's ``model.geope_*`` keys) is this rule."""
-    if pe.rotation == "pointrope":
-        return ("grid_unit",)
-    if not (pe.rotation in PAIR_ROTATIONS or pe.absolute or pe.rotates):
-        return ()
-    if pe.rotation == "rope-mixed":
-        return ("pos_scale", "base", "mixed_init") if mixed_init == "axial" else ("pos_scale", "mixed_init")
-    return ("pos_scale", "base", "learnable")
-
-
 def options_for(pe: str | PositionalEncoding, **options) -> dict:
     """Those of ``options`` (``GeoPEPointTransformerConv``'s names) that a layer of ``pe`` (a preset's name or
     an encoding) reads, by :func:`options_read` at ``options``' ``mixed_init`` (default ``"random"``): one
     set of settings for layers of every encoding, each given only what it reads (it refuses the others)."""
     read = options_read(PositionalEncoding.preset(pe), options.get("mixed_init", "random"))
     return {name: value for name, value in options.items() if name in read}
-
-
-def frequency_keys(pe: PositionalEncoding, mixed_init: MixedInit) -> tuple[str, ...]:
-    """The keys of GeoPE's frequencies (``model.geope_base``, ``model.geope_learnable``) that a layer of ``pe``
-    reads: those of its options ``base`` and ``learnable`` that :func:`options_read` lists (both where its
-    rotations or sinusoids turn at GeoPE's block scales; ``geope_base`` alone for RoPE-Mixed with
-    ``mixed_init="axial"``; neither for PointROPE or without rotations and sinusoids)."""
-    read = options_read(pe, mixed_init)
-    return tuple(f"geope_{option}" for option in ("base", "learnable") if option in read)
 
 
 def pair_frequencies(pe: PositionalEncoding, channels: int, block_scale: BlockScale | None,

@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pointgeope.constants import NUM_CLASSES
-from pointgeope.model.attention import PRESETS
-from pointgeope.model.ptv3.serialization import ORDERS
-from pointgeope.model.qk_encodings import POINT3DROPE_SCALE, QK_ENCODINGS
+from pointgeope.model.presets import ORDERS, POINT3DROPE_SCALE, PRESETS, QK_ENCODINGS
 
 __all__ = ["ModelConfig", "PTv3Config", "PresetName", "PTV1_KEYS", "ptv1_settings"]
 

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from pointgeope.model.attention_reference import out_dtype, ref_frame
+from pointgeope.model.attention_reference import out_dtype
 from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 from pointgeope.model.kernel_choice import kernel_module, parse_switch
 
@@ -95,15 +95,9 @@ class FoldedFrame(torch.autograd.Function):
     @staticmethod
     @first_order_only(KERNEL_WAY)
     def backward(ctx, g: Tensor):
-        from pointgeope.model.fused_attention import _guarded_backward, _zero_inputs
+        from pointgeope.model.fused_attention import frame_backward
 
-        idx, tables = ctx.saved_tensors
-        g, delta_dtype = g.contiguous(), ctx.dtypes[2]
-        needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[3], delta_dtype is not None and ctx.needs_input_grad[4]]
-        gx, gq, gdelta = _guarded_backward(NAME, g.device, lambda: _backward(ctx.dtypes, idx, tables, g, needs),
-                                           lambda a, b, d: ref_frame(a, idx, tables, b, d),
-                                           _zero_inputs(g, tables.shape[1], ctx.dtypes), needs, g)
-        return gx, None, None, gq, gdelta
+        return frame_backward(NAME, ctx, g, lambda *args: _backward(ctx.dtypes, *args))
 
 
 def _backward(dtypes: tuple, idx: Tensor, tables: Tensor, g: Tensor, needs: list[bool]) -> tuple:

@@ -119,6 +119,19 @@ def _zero_inputs(g: Tensor, rows: int, dtypes: tuple) -> Callable[[], list[Tenso
                     None if delta is None else g.new_zeros(n, k, c, dtype=delta)]
 
 
+def frame_backward(op: str, ctx, g: Tensor, kernel: Callable[..., tuple]) -> tuple:
+    """The backward of a frame relation's Function (``frame_relation``, ``frame_fold.FoldedFrame``): ``(gx, None,
+    None, gq, gdelta)`` for its inputs ``(x, idx, tables, q, delta)``, by ``kernel(idx, tables, g, needs)`` under
+    :func:`_guarded_backward` (``ref_frame``'s gradients where ``op`` falls back), ``None`` where not needed."""
+    idx, tables = ctx.saved_tensors
+    g, delta_dtype = g.contiguous(), ctx.dtypes[2]
+    needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[3], delta_dtype is not None and ctx.needs_input_grad[4]]
+    gx, gq, gdelta = _guarded_backward(op, g.device, lambda: kernel(idx, tables, g, needs),
+                                       lambda a, b, d: ref_frame(a, idx, tables, b, d),
+                                       _zero_inputs(g, tables.shape[1], ctx.dtypes), needs, g)
+    return gx, None, None, gq, gdelta
+
+
 class _Aggregate(torch.autograd.Function):
     """``y = sum_j softmax_j(w) (v[idx] + delta)`` per channel group; saves ``w``, ``v``, ``idx``, ``delta``."""
 
@@ -245,14 +258,7 @@ class _FrameRelation(torch.autograd.Function):
     @staticmethod
     @first_order_only(KERNEL_WAY)
     def backward(ctx, g: Tensor):
-        idx, tables = ctx.saved_tensors
-        g, delta_dtype = g.contiguous(), ctx.dtypes[2]
-        needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[3], delta_dtype is not None and ctx.needs_input_grad[4]]
-        gx, gq, gdelta = _guarded_backward("frame_relation", g.device,
-                                           lambda: _frame_backward(ctx, idx, tables, g, needs),
-                                           lambda a, b, d: ref_frame(a, idx, tables, b, d),
-                                           _zero_inputs(g, tables.shape[1], ctx.dtypes), needs, g)
-        return gx, None, None, gq, gdelta
+        return frame_backward("frame_relation", ctx, g, lambda *args: _frame_backward(ctx, *args))
 
 
 def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[bool]) -> tuple:

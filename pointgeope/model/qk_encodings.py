@@ -27,9 +27,7 @@ Channels past the rotated ones pass through (``D mod 3`` for GeoPE, ``D mod 6`` 
 from __future__ import annotations
 
 import numbers
-import typing
 from collections.abc import Callable
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +37,7 @@ from pointgeope.geope import BlockScale, apply_geope
 from pointgeope.geope_checks import check_counted, check_phase_scales, check_scale
 from pointgeope.model.coord_augment import UTONIA_AUGMENT, CoordAugment
 from pointgeope.model.ops.checks import check_flag
+from pointgeope.model.presets import GEOPE_FREQUENCY_ENCODINGS, POINT3DROPE_SCALE, QK_ENCODINGS, QKName
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table
@@ -48,14 +47,8 @@ __all__ = ["QKName", "QK_ENCODINGS", "GEOPE_FREQUENCY_ENCODINGS", "ROTARY_HEAD_D
            "POINT3DROPE_SCALE", "GEOPE_POS_SCALE", "rotary_channels", "QKEncoding", "GeoPEQK", "LinGeoPEQK",
            "AxialRoPEQK", "Point3DRoPEQK", "PointRoPEQK", "qk_encoding"]
 
-QKName = Literal["none", "geope", "lingeope", "rope3d", "point3drope", "pointrope"]
-QK_ENCODINGS: tuple[str, ...] = typing.get_args(QKName)
 ROTARY_HEAD_DIM = 18            # Utonia's head width (54 channels / 3 heads): 6 GeoPE blocks, 3 RoPE pairs per axis
 POINT3DROPE_BASE = 10.0         # Utonia's rope_base (every config of configs/utonia)
-POINT3DROPE_SCALE = 0.5         # Utonia's S3DIS configs (semseg-utonia-v1m1-3*-s3dis-*.py) start every pipeline with
-#                                 RandomScale([0.5, 0.5]): its Point3DRoPE reads half-metres, 0.5 x metres
-# The encodings at GeoPE's frequencies (model.geope_base, pos_scale = 1 / grid_size, model.geope_learnable):
-GEOPE_FREQUENCY_ENCODINGS: tuple[str, ...] = ("geope", "lingeope", "rope3d")
 GEOPE_POS_SCALE = 50.0          # 1 / grid_size at PTv3's S3DIS grid of 2 cm: phases in voxel units
 
 

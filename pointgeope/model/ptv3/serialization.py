@@ -24,12 +24,12 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops.morton import BITS, code as morton_code
+from pointgeope.model.presets import ORDERS
 from pointgeope.number_kind import is_integer_tensor
 
 __all__ = ["MAX_DEPTH", "ORDERS", "check_depth", "check_orders", "code_of", "encode", "hilbert", "serialization_depth",
            "z_order"]
 
-ORDERS = ("z", "z-trans", "hilbert", "hilbert-trans")
 MAX_DEPTH = BITS  # 16 bits per axis, as Pointcept (and OCNN): 48 bits of curve, the batch index above them
 
 

@@ -1,0 +1,83 @@
+"""What a command imports before it does its work: a mistake in a run's config is told before torch is imported
+(``train``, ``ablate``: ~0.2 s of CPU, not the ~7 s of torch and torch_geometric), and the packages that one path
+alone uses are imported by that path (bench/bench_command_start.py times it)."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pointgeope.model
+
+ROOT = Path(__file__).resolve().parents[1]
+# What none of these commands' first steps needs: torch (~2 s), torch_geometric (~4 s, with torch._dynamo,
+# pandas and Triton), scipy, numba.
+HEAVY = ("torch", "torch_geometric", "scipy", "numba", "pandas", "triton")
+
+# Each command line of argv[1] run by pointgeope's main in this one process, then a demo config read: the exit
+# codes and the HEAVY packages imported by then.
+CHILD = """
+import json, sys
+from pointgeope.cli import main
+codes = [main(argv) for argv in json.loads(sys.argv[1])]
+from pointgeope.engine.config import load_config
+import pointgeope.engine.ablation
+cfg = load_config(sys.argv[2])
+print(json.dumps([codes, cfg.model.pe, sorted(m for m in json.loads(sys.argv[3]) if m in sys.modules)]))
+"""
+
+
+def test_a_mistake_in_a_config_is_told_before_torch_is_imported(tmp_path):
+    """``train`` imported torch, torch_geometric and the data code (~7 s of CPU) before it read its config, and a
+    misspelt value was told after them; ``ablate``'s parent imported torch to read its trials' configs."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  pe: geopee\n")
+    lines = [["train", "--config", str(bad), "--test-area", "1"],
+             ["train", "--config", str(tmp_path / "missing.yaml"), "--cv"],
+             ["ablate", "--config", str(bad), "--test-area", "1", "--run-dir", str(tmp_path / "ab"),
+              "--presets", "rpe,geope", "--seeds", "0"]]
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(lines), str(ROOT / "configs" / "demo.yaml"),
+                           json.dumps(HEAVY)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == [[2, 2, 2], "geope", []]
+    said = done.stderr.splitlines()
+    assert len(said) == 3, done.stderr
+    assert said[0].startswith(f"pointgeope train: error: {bad}:2: model.pe: expected one of ")
+    assert said[0].endswith("got 'geopee'; did you mean 'geope'?")
+    assert said[1].startswith(f"pointgeope train: error: expected a config file, found nothing at {tmp_path}")
+    assert said[2] == said[0].replace("pointgeope train", "pointgeope ablate")
+
+
+def test_the_model_package_gives_its_names_from_their_modules():
+    """``pointgeope.model`` imports a name of ``__all__`` at its first use (so that its ``config`` reads without
+    torch): each is the object its module defines, and another name is an AttributeError as before."""
+    from pointgeope.model import attention, config, network, ops, presets
+
+    where = {"ModelConfig": config, "PointTransformerSeg": network, "PointTransformerBlock": network,
+             "OpsBackends": network, "PointTransformerLayer": attention, "PositionalEncoding": presets,
+             "PRESETS": presets, "HierarchySpec": ops, "PointHierarchy": ops}
+    assert sorted(pointgeope.model.__all__) == sorted(where)
+    for name, module in where.items():
+        assert getattr(pointgeope.model, name) is getattr(module, name)
+        assert name in dir(pointgeope.model)
+    assert attention.PRESETS is presets.PRESETS and attention.PositionalEncoding is presets.PositionalEncoding
+    with pytest.raises(AttributeError, match="has no attribute 'Nonesuch'"):
+        pointgeope.model.Nonesuch  # noqa: B018
+
+
+@pytest.mark.parametrize(("path", "package"), [("pointgeope/data/transforms.py", "scipy"),
+                                               ("pointgeope/model/presets.py", "torch"),
+                                               ("pointgeope/model/config.py", "torch"),
+                                               ("pointgeope/engine/ablation_reuse.py", "pointgeope.engine.checkpoint"),
+                                               ("pointgeope/engine/retrain.py", "pointgeope.engine.checkpoint")])
+def test_a_package_one_path_uses_is_not_imported_at_module_level(path, package):
+    """scipy.interpolate and scipy.ndimage (~0.5 s) served ``ElasticDistortion`` alone, which no recipe's pipeline
+    uses, and were imported by every process that imports the data code (each train, evaluate, predict)."""
+    for node in ast.parse((ROOT / path).read_text()).body:  # module level only
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        assert not [n for n in names if n == package or n.startswith(package + ".")], f"{path}: imports {names}"
