@@ -72,9 +72,9 @@ test-triton-old: setup
 	PYTHONPATH=.triton-$(TRITON_OLD) $(PY) -m pytest -q -p no:cacheprovider tests/model/test_triton_ops.py \
 		tests/model/test_kernels.py tests/model/test_fused_attention.py tests/model/test_fused_attention_layer.py \
 		tests/model/test_bucket_fps.py tests/model/test_rodrigues_terms.py tests/model/test_norm.py \
-		tests/model/test_norm_plain.py tests/model/test_residual_norm.py tests/model/test_gather_backward.py \
-		tests/model/test_shifted_kernel.py tests/model/test_triton_compile.py tests/model/test_frame_fold.py \
-		tests/model/test_residual_norm_train.py
+		tests/model/test_norm_paths.py tests/model/test_norm_plain.py tests/model/test_residual_norm.py \
+		tests/model/test_gather_backward.py tests/model/test_shifted_kernel.py tests/model/test_triton_compile.py \
+		tests/model/test_frame_fold.py tests/model/test_residual_norm_train.py
 
 # pointgeope.nn under the oldest torch-geometric it supports (pyproject.toml's lower bound): the first of
 # pointgeope/nn/__init__.py's TESTED_PYG_VERSIONS, which owns the version (read as text: no torch needed)

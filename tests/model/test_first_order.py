@@ -56,20 +56,24 @@ def _tiny(pe: str):
 def test_network_rotations_refuse_second_derivatives_and_name_the_way_that_works(pe, function):
     """Coordinates as data take the memory-lean Functions: a gradient penalty in the features failed on an
     internal op's "out=" message; it is refused by name. With `coord.requires_grad_()` (the way the message
-    names) the network runs under plain autograd and its second derivatives pass `gradgradcheck`."""
+    names) the network runs under plain autograd and its second derivatives pass `gradgradcheck` (in `fast_mode`:
+    a wrong second derivative anywhere shows in `v^T H u` for its random `u, v` as in the full matrix, which
+    would take 2 network passes per element of the features and of the logits' gradient)."""
     model, coord, feat = _tiny(pe)
     with pytest.raises(RuntimeError, match=rf"through pointgeope's {function} are not implemented .* make the "
                                            r"positions require grad \(coord.requires_grad_\(\)\)"):
         _penalty(model, coord, feat)
     coord.requires_grad_()
-    assert torch.autograd.gradgradcheck(lambda f: model(coord, f, torch.tensor([5, 16])), (feat,))
+    assert torch.autograd.gradgradcheck(lambda f: model(coord, f, torch.tensor([5, 16])), (feat,),
+                                        fast_mode=True)
 
 
 def test_standard_geope_in_torch_ops_keeps_exact_second_derivatives():
     """`_QueryFrame`'s backward off the GPU kernels is torch ops on constant tables: differentiated, it is exact
-    (`exact=`), and is not refused."""
+    (`exact=`), and is not refused (`fast_mode`: the test above says why)."""
     model, coord, feat = _tiny("geope")
-    assert torch.autograd.gradgradcheck(lambda f: model(coord, f, torch.tensor([5, 16])), (feat,))
+    assert torch.autograd.gradgradcheck(lambda f: model(coord, f, torch.tensor([5, 16])), (feat,),
+                                        fast_mode=True)
 
 
 @pytest.mark.parametrize("op", ["aggregate", "relation"])

@@ -1,7 +1,7 @@
 """The tie rule on every kNN backend (pointgeope/model/ops/knn.py, knn_ties.py): the tree backends (pykdtree, scipy)
 give the definition's neighbours bit for bit -- float32 ``((dx^2 + dy^2) + dz^2)``, ties to the smaller row, at
 the k-th boundary too -- checked against the numpy brute force written from the definition, and whole hierarchies
-built with them equal the torch backend's (and, under ``TRITON_INTERPRET=1`` or on CUDA, the Triton kernels')."""
+built with them equal the torch backend's (the Triton kernels': test_triton_ops.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -99,22 +99,6 @@ def test_a_cpu_hierarchy_equals_the_torch_one_bit_for_bit(backend):
     idx, d2 = reference_knn(coords[1], coords[0], 16, want.offsets[1], want.offsets[0])
     assert torch.equal(want.down[1], torch.from_numpy(idx))
     assert (d2[:, 1:] == d2[:, :-1]).sum() > 1000              # the clouds do tie
-
-
-def test_the_loaders_hierarchy_equals_the_triton_one_bit_for_bit():
-    """What ``data.hierarchy: loader`` builds (CPU defaults) against the Triton kernels (interpreter or CUDA)."""
-    pytest.importorskip("triton")
-    from pointgeope.model import kernel_choice
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not kernel_choice.current().interpret:
-        pytest.skip("no CUDA and TRITON_INTERPRET is not set: the Triton kernels cannot run")
-    rng = np.random.default_rng(8)
-    coord, offset = _packed(_lattice(300, rng), _cm_room(200, rng), _lattice(9, rng, side=2), _lattice(2, rng))
-    spec = HierarchySpec((1, 4, 4), (8, 16, 16))
-    want = spec(coord, offset)
-    got = dataclasses.replace(spec, backends=OpsBackends("triton", "triton"))(coord.to(device), offset.to(device))
-    _assert_same_hierarchy(got, want)
 
 
 def test_a_tree_whose_distances_are_off_by_hundreds_of_roundoffs_still_gives_the_definition():

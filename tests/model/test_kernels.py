@@ -216,7 +216,8 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
 
 def test_a_registered_kernel_gets_the_switch_the_fallback_and_the_check(monkeypatch):
     """A new kernel, registered once, with no other code: Triton where the switch says, its torch function
-    with one warning when its Triton function fails, and a row of ``info --check``."""
+    with one warning when its Triton function fails, and a row of ``info --check`` (registered alone: the
+    other kernels' rows are test_the_check_runs_every_kernel_...'s, and would take most of this test's time)."""
     from pointgeope.model.kernel_check import check_kernels
 
     calls, failing = [], []
@@ -230,7 +231,7 @@ def test_a_registered_kernel_gets_the_switch_the_fallback_and_the_check(monkeypa
     case = kernels.CheckCase("plus one", lambda: new(DEVICE, torch.ones(2, device=DEVICE)),
                              lambda: torch.ones(2, device=DEVICE) + 1,
                              lambda got, want: (float((got - want).abs().max()), ""), 0.0)
-    monkeypatch.setattr(kernels, "_REGISTRY", dict(kernels._REGISTRY))       # registered for this test only
+    monkeypatch.setattr(kernels, "_REGISTRY", {})       # registered for this test only, and alone
     new = kernels.register("zz_plus_one", triton_fn, lambda x: x + 1.0, check=lambda device, points, pairs: [case])
     x = torch.zeros(3, device=DEVICE)        # where Triton runs here: CUDA, else the interpreter's CPU
     assert torch.equal(new(x.device, x), torch.ones(3, device=DEVICE)) and calls == ["triton"]
@@ -240,8 +241,8 @@ def test_a_registered_kernel_gets_the_switch_the_fallback_and_the_check(monkeypa
     assert not new.enabled(x.device) and new(x.device, x).dtype == torch.float32 and len(calls) == 2
     kernels.reset()
     failing.clear()
-    rows = check_kernels(DEVICE, points=60, pairs=12, reps=1)
-    assert rows[-1].kernel == "zz_plus_one plus one" and rows[-1].path == "triton" and rows[-1].max_diff == 0
+    (row,) = check_kernels(DEVICE, points=60, pairs=12, reps=1)
+    assert row.kernel == "zz_plus_one plus one" and row.path == "triton" and row.max_diff == 0
     monkeypatch.setenv("POINTGEOPE_KERNELS", "torch")
     assert not new.enabled(torch.device("cuda"))
 

@@ -56,11 +56,12 @@ def test_a_call_launches_two_kernels_forward_in_training_one_in_eval_and_two_bac
     """Training: the statistics (partials and their reduction, one launch) and the normalisation; backward the
     sums (partials and their reduction, one launch) and ``dx``. Eval: the normalisation alone, its scale and
     shift made from the running buffers (and stored for the backward); backward one kernel fewer where no
-    parameter asks for a gradient and the statistics are fixed. 130 channels (three channel blocks), 3000 rows
-    (94 partials: three steps of the reduction). The results are torch's ``BatchNorm1d`` (and ``relu``)'s."""
+    parameter asks for a gradient and the statistics are fixed. 130 channels (three channel blocks), 100 rows (four
+    partials, the last short): the count does not grow with the rows (many partials, several steps of their
+    reduction: test_norm_buffers.py). The results are torch's ``BatchNorm1d`` (and ``relu``)'s."""
     ours, ref = _pair(relu, 130, train, frozen)
     g = torch.Generator().manual_seed(6)
-    x, up = torch.randn(3000, 130, generator=g) * 2 + 1, torch.randn(3000, 130, generator=g)
+    x, up = torch.randn(100, 130, generator=g) * 2 + 1, torch.randn(100, 130, generator=g)
     with warnings.catch_warnings():
         warnings.simplefilter("error", kernels.KernelFallbackWarning)
         got, forward, backward = _forward_backward(ours, x, up, launched=launched)
@@ -79,8 +80,8 @@ def test_a_padded_batch_launches_two_kernels_each_way(launched, relu):
     that does not read them; their ``dx``, of the fixed statistics, not compared here)."""
     ours, ref = _pair(relu, 70, True)
     g = torch.Generator().manual_seed(7)
-    x, up = torch.randn(1200, 70, generator=g) * 2 + 1, torch.randn(1200, 70, generator=g)
-    valid = 1000
+    x, up = torch.randn(300, 70, generator=g) * 2 + 1, torch.randn(300, 70, generator=g)
+    valid = 250                     # within the eighth of ten partials of 32 rows
     up[valid:] = 0
     got, forward, backward = _forward_backward(ours, x, up, valid=valid, launched=launched)
     want, _, _ = _forward_backward(ref, x[:valid], up[:valid], relu_after=relu)
@@ -93,7 +94,7 @@ def test_the_tickets_are_left_at_zero(interpreted):
     """After a training forward and backward of three channel blocks, every ticket is 0 again: the next launch's
     starting point (a ticket left counted would make an earlier program take the partials as all stored)."""
     module = norm.BatchNormReLU(130).train()
-    x = torch.randn(500, 130, requires_grad=True)
+    x = torch.randn(100, 130, requires_grad=True)
     module(x).sum().backward()
     with norm_tickets.taken(x.device, 3) as tickets:
         assert tickets.dtype == torch.int32 and int(tickets.count_nonzero()) == 0

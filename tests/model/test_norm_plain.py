@@ -20,7 +20,8 @@ import torch.nn.functional as F
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
 from pointgeope.model import kernels, norm, padding
 from pointgeope.model.kernel_choice import forced
-from tests.model.test_norm import _failing, _pair, _run
+from tests.model.test_norm import _pair, _run
+from tests.model.test_norm_paths import _failing
 
 EPS, MOMENTUM = 1e-5, 0.1              # the modules' (test_norm.py's ``_pair``: torch's defaults)
 BF16_ROUNDING = 2 ** -7                # one conversion to bfloat16 (8 significant bits): Triton's interpreter
@@ -96,15 +97,15 @@ def test_the_plain_kernel_is_the_definition(interpreted, dtype, padded, train):
 
 @pytest.mark.parametrize("padded", [False, True])
 def test_many_partials_and_two_channel_tiles(interpreted, padded):
-    """2000 x 96 float32 rows (two channel tiles, more partials than a finishing step takes), 1234 real when
-    padded: the real rows' statistics wherever they end within a partial."""
+    """1100 x 96 float32 rows (two channel tiles, 35 partials of 32 rows: more than a finishing step takes), 700
+    real when padded: the real rows' statistics wherever they end within a partial."""
     calls = _spied(interpreted)
     module = _plain(96, seed=2)[0]
     gen = torch.Generator().manual_seed(3)
-    x, g = torch.randn(2000, 96, generator=gen) * 2 - 1, torch.randn(2000, 96, generator=gen)
+    x, g = torch.randn(1100, 96, generator=gen) * 2 - 1, torch.randn(1100, 96, generator=gen)
     rm, rv = module.running_mean.clone(), module.running_var.clone()
-    got = _run(module, x, g, valid=1234 if padded else None)
-    *want, rm, rv = _definition(x, g, module.weight, module.bias, rm, rv, True, 1234 if padded else 2000)
+    got = _run(module, x, g, valid=700 if padded else None)
+    *want, rm, rv = _definition(x, g, module.weight, module.bias, rm, rv, True, 700 if padded else 1100)
     for name, a, b in zip(("y", "dx", "dw", "db"), got, want, strict=True):
         _close(a, b, torch.float32, name)
     _close(module.running_var, rv, torch.float32, "running_var")
@@ -210,16 +211,18 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     plain kernel). The padded step (a dummy cloud at every stage) runs every third norm on the plain kernel over
     its real prefix and no torch-ops prefix batch norm, and equals the unpadded step on torch's batch norms (real
     logits, loss, every gradient and running buffer). With ``POINTGEOPE_KERNELS=torch`` the same padded step runs
-    the torch ops' prefix batch norm for every norm and no kernel."""
+    the torch ops' prefix batch norm for every norm and no kernel. test_padding.py's network with 8 neighbours at
+    every stage, two clouds of 130 and 170 points (each keeps more than 8 at the last stage): a third of the pairs
+    of test_padding.py's batch, whose every norm runs interpreted."""
     from pointgeope.model import PointTransformerSeg
     from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
 
     interpreted.delenv("POINTGEOPE_KERNELS")        # unset: the device's default, CUDA's for the norms' kernels
     cpu_as_cuda(interpreted)
     torch.manual_seed(0)
-    model = PointTransformerSeg(pe="rpe", **SMALL).double().train()
+    model = PointTransformerSeg(pe="rpe", **dict(SMALL, neighbours=(8, 8, 8))).double().train()
     unpadded, twin, control = (copy.deepcopy(model) for _ in range(3))
-    coord, feat, offset, label = _batch()
+    coord, feat, offset, label = _batch(sizes=(130, 170))
     h, sizes, prefixes, (pc, pf, po, pl, ph) = _padded(model, coord, feat, offset, label)
     with forced("torch"):
         want = model(coord, feat, offset, hierarchy=h)
