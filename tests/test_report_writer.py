@@ -3,6 +3,7 @@ previous report whole (``pointgeope/report/__init__.py``: ``make_report``, ``wri
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,9 +138,21 @@ class _Killed(BaseException):
     """A ``kill -9`` between two writes: nothing runs after it (no handler, no cleanup of ``--out``)."""
 
 
+@pytest.fixture(scope="module")
+def two_reports(tmp_path_factory) -> tuple[Path, Path, dict[str, bytes], dict[str, bytes]]:
+    """Two runs' reports, made once for every ``written``: the geope run, the rpe run's report folder (the previous
+    report), its files and those of the geope run's report written whole elsewhere."""
+    root = tmp_path_factory.mktemp("two_reports")
+    rpe, geope = make_runs(root)
+    out, ref = root / "out", root / "ref"
+    assert cli(["report", str(rpe), "--out", str(out), "--names", "run"]) == 0
+    assert cli(["report", str(geope), "--out", str(ref), "--names", "run"]) == 0
+    return geope, out, _contents(out), _contents(ref)
+
+
 @pytest.mark.parametrize("written", range(6))  # report.md, report.csv, iou_per_class.png, confusion_run.png, record
 def test_a_report_killed_between_its_writes_leaves_the_previous_record_naming_what_is_not_of_it(
-        tmp_path, monkeypatch, written):
+        tmp_path, monkeypatch, written, two_reports):
     """``report.json`` was the second file written: killed after it, a new record stood beside the previous
     report's csv and figures, which it did not name as other. The record is written last now, with the
     checksum of each output: until it is written the previous report's record stands, and ``report_outputs``
@@ -147,12 +160,10 @@ def test_a_report_killed_between_its_writes_leaves_the_previous_record_naming_wh
     from pointgeope import atomic
     from pointgeope.report import make_report
 
-    rpe, geope = make_runs(tmp_path)
-    out, ref = tmp_path / "out", tmp_path / "ref"
-    assert cli(["report", str(rpe), "--out", str(out), "--names", "run"]) == 0
-    assert cli(["report", str(geope), "--out", str(ref), "--names", "run"]) == 0
-    before, after = _contents(out), _contents(ref)
-    assert all(before[name] != after[name] for name in FILES)
+    geope, previous, before, after = two_reports
+    out = tmp_path / "out"
+    shutil.copytree(previous, out)                                     # the previous report, a copy of its own
+    assert _contents(out) == before and all(before[name] != after[name] for name in FILES)
     real, order = atomic.atomic_open, []
 
     @contextlib.contextmanager

@@ -26,37 +26,43 @@ def _run(tmp_path: Path, *args: str, timeout: int = 420) -> tuple[subprocess.Com
 
 @pytest.mark.slow
 def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
-    proc, result = _run(tmp_path, "--points", "1500", "--reps", "1", "--warmup", "0", "--threads", "1", "--train",
+    """One call of the script with every step it runs on the CPU, ``--kernels`` included, at the smallest sizes
+    (400 points a cloud, two PTv3 crops): each step is recorded with what it measured, the tests first, and $OUT
+    gets the JSON and the logs. ``--kernels``: the torch kernels of rpe and geope in float32 and bf16, with
+    ratios (a call of its own until it joined this one: each call pays the info steps and the imports again)."""
+    proc, result = _run(tmp_path, "--points", "400", "--reps", "1", "--warmup", "0", "--threads", "1", "--train",
                         "--evaluate", "--predict", "--ddp", "--tests", "test_cuda_without_torch_cluster",
                         "--tests-paths", "tests/model/test_ops.py", "--tests-workers", "1", "--beside-steps", "1",
                         "--hierarchy-clouds", "2", "--eval-size", "tiny", "--eval-config", "configs/demo.yaml",
                         "--eval-reps", "1", "--eval-overrides", "eval.max_fragments=1",
                         "--ptv3-small", "--ptv3-size", "tiny", "--ptv3-rounds", "1", "--ptv3-warmup", "0",
-                        "--ptv3-eval-size", "tiny", "--ptv3-eval-config", "configs/demo_ptv3.yaml", "--ptv3-eval-reps",
-                        "1", "--ptv3-eval-overrides", "eval.max_fragments=1",
+                        "--ptv3-clouds", "2", "--ptv3-eval-size", "tiny", "--ptv3-eval-config",
+                        "configs/demo_ptv3.yaml", "--ptv3-eval-reps", "1", "--ptv3-eval-overrides",
+                        "eval.max_fragments=1", "--kernels", "--kernel-presets", "rpe", "geope",
                         "--train-overrides", "data.loop=1", "data.voxel_max=3000")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["failed_steps"] == []
     steps = result["steps"]
-    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "published", "ptv3", "ptv3_test", "synth",
-                           "prepare", "train", "evaluate", "predict", "ddp"]  # the tests first: they decide the rest
+    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "published", "ptv3", "ptv3_test", "kernels",
+                           "synth", "prepare", "train", "evaluate", "predict", "ddp"]  # the tests first: they decide
     assert result["machine"]["cuda_available"] is False and result["machine"]["torch"]
     assert steps["tests"]["summary"].startswith("1 passed")
     bench = steps["bench"]["result"]
-    assert bench["device"] == "cpu" and bench["points_per_cloud"] == 1500 and bench["clouds"] == 2
+    assert bench["device"] == "cpu" and bench["points_per_cloud"] == 400 and bench["clouds"] == 2
     assert bench["run"]["gpu"] is None and bench["run"]["commit"] == result["tree"]["commit"] and bench["run"]["torch"]
     assert sorted(bench["presets"]) == ["geope", "lingeope", "rpe"]
     assert all(row["given_s"] > 0 and row["in_model_s"] > 0 and row["beside_s"] > 0
                for row in bench["presets"].values())
     assert bench["presets"]["rpe"]["given_ratio"] == 1.0
-    assert bench["point_ops"]["loader_cpu_s"] > 0 and bench["point_ops"]["fps_torch_points"] == 1500
-    per_backend = bench["hierarchy"]["2x1500"]                             # the hierarchy per backend, side by side
+    assert bench["point_ops"]["loader_cpu_s"] > 0 and bench["point_ops"]["fps_torch_points"] == 400
+    per_backend = bench["hierarchy"]["2x400"]                              # the hierarchy per backend, side by side
     assert sorted(per_backend) == ["cpu", "default"] and all(row["seconds"] > 0 for row in per_backend.values())
     assert per_backend["default"]["agree"] == 1.0 and per_backend["default"]["same_samples"]
     published = steps["published"]["result"]                                  # one tiny room, its first fragment
     assert published["size"] == "tiny" and published["fragments_run"] == 1 and published["seconds_per_room"] > 0
     assert 0 < published["predictions"] < published["points"] and "peak_gpu_mib" not in published  # one per voxel
     check_ptv3_rows(steps["ptv3"]["result"], steps["ptv3_test"]["result"])
+    check_kernels_rows(steps["kernels"]["result"])
     assert len(steps["train"]["points_per_s"]) == 1 and steps["train"]["points_per_s"][0] > 0
     assert steps["evaluate"]["rooms"] == 2 and steps["evaluate"]["eval_seconds_per_room"] > 0
     assert steps["predict"]["ok"] and steps["predict"]["rooms"] == 2
@@ -67,10 +73,22 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
         assert "gpu_logs/train.log" in tar.getnames()
 
 
+def check_kernels_rows(kernels: dict) -> None:
+    """``--kernels`` on the CPU: the torch kernels of rpe and geope in float32 and bf16 (no Triton there), each
+    with its time, geope's ratio to rpe's and bf16's to float32's, one profiled step each."""
+    cases = kernels["cases"]
+    assert sorted(cases) == ["geope/torch/bf16", "geope/torch/none", "rpe/torch/bf16", "rpe/torch/none"]
+    assert all(row["step_s"] > 0 for row in cases.values())
+    assert (cases["geope/torch/none"]["vs_rpe_time"]
+            == cases["geope/torch/none"]["step_s"] / cases["rpe/torch/none"]["step_s"])
+    assert "vs_float32_time" in cases["rpe/torch/bf16"]
+    assert set(kernels["profile"]) == set(cases)
+
+
 def check_ptv3_rows(step: dict, test: dict) -> None:
-    """The rows of the ptv3 steps on the CPU: the eight cases of three crops of the tiny room (bf16 runs in
+    """The rows of the ptv3 steps on the CPU: the eight cases of two crops of the tiny room (bf16 runs in
     float32 there, as train.amp does), ratios from the same rounds, no GPU memory; the 10-view test."""
-    assert step["device"] == "cpu" and step["clouds"] == 3 and step["rounds"] == 1
+    assert step["device"] == "cpu" and step["clouds"] == 2 and step["rounds"] == 1
     assert step["points"] == sum(step["points_per_cloud"]) and 0 < max(step["points_per_cloud"]) <= 204_800
     cases = step["cases"]
     assert sorted(cases) == ["geope/bf16", "geope/none", "none/bf16", "none/none", "none18/bf16", "none18/none",
@@ -101,22 +119,6 @@ def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
                           capture_output=True, text=True, check=False).stdout.strip()
     assert result["tree"]["commit"] == head and result["tree"]["dirty"] in ((True, False) if head else (None,))
     assert (tmp_path / "out" / "gpu.json").is_file()
-
-
-@pytest.mark.slow
-def test_the_kernels_step_compares_every_case_on_the_cpu(tmp_path):
-    """``--kernels`` on the CPU: the torch kernels of rpe and geope in float32 and bf16, with ratios."""
-    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--no-ptv3", "--kernels",
-                        "--kernel-presets", "rpe", "geope",
-                        "--points", "400", "--reps", "1", "--warmup", "0", "--threads", "1", timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    cases = result["steps"]["kernels"]["result"]["cases"]
-    assert sorted(cases) == ["geope/torch/bf16", "geope/torch/none", "rpe/torch/bf16", "rpe/torch/none"]
-    assert all(row["step_s"] > 0 for row in cases.values())
-    assert (cases["geope/torch/none"]["vs_rpe_time"]
-            == cases["geope/torch/none"]["step_s"] / cases["rpe/torch/none"]["step_s"])
-    assert "vs_float32_time" in cases["rpe/torch/bf16"]
-    assert set(result["steps"]["kernels"]["result"]["profile"]) == set(cases)
 
 
 def test_busy_seconds_counts_overlapping_kernels_once():

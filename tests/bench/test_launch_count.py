@@ -10,6 +10,18 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="counts CPU te
 
 TINY = dict(blocks=(1, 2, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours=(8, 8, 8),
             decoder_blocks=(1, 1, 1), share_planes=8)
+# two stages of one block: the amp test counts ten forwards, each launch a pass of Triton's interpreter
+TWO_STAGES = dict(blocks=(1, 1), planes=(16, 24), strides=(1, 4), neighbours=(8, 8), decoder_blocks=(1, 1),
+                  share_planes=8)
+
+
+def _two_clouds() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """coord (120, 3), feat (120, 6) and offset of two clouds of 80 and 40 points: a norm's tile (128 rows of
+    TINY's 16 channels) holds the first stage, so Triton's interpreter, which runs each program in Python, runs
+    few (the counts do not depend on the size; 200 points took twice the programs)."""
+    g = torch.Generator().manual_seed(0)
+    coord = torch.rand(120, 3, generator=g) * 3
+    return coord, torch.cat([torch.rand(120, 3, generator=g), coord], dim=1), torch.tensor([80, 120])
 
 
 @pytest.fixture
@@ -75,19 +87,20 @@ def test_a_stage_computes_its_displacements_once(launch_count, pe):
     (not its Linears' and norms') are its two Triton kernels (relation, aggregation), plus the gather and
     subtraction of ``p_j - p_i`` (2) in the first layer of each stage only; ``geope`` also turns the points
     (``apply_shifted``: one Triton launch, where torch's path takes a product and 4 multiply-adds) in every layer
-    and builds its stage's tables (one launch, torch's 20) in the first."""
+    and builds its stage's tables (one launch, torch's 20) in the first. The hierarchy is given, made beside the
+    step as CUDA training makes it (``engine.ahead``): its FPS and kNN are no layer's launches, and in Triton's
+    interpreter they cost a quarter of this test's time."""
     from pointgeope.model import PointTransformerSeg
 
-    g = torch.Generator().manual_seed(0)
-    coord = torch.rand(200, 3, generator=g) * 3
-    feat, offset = torch.cat([torch.rand(200, 3, generator=g), coord], dim=1), torch.tensor([130, 200])
+    coord, feat, offset = _two_clouds()
     torch.manual_seed(0)
     model = PointTransformerSeg(pe=pe, **TINY).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    hierarchy = model.hierarchy_spec(coord, offset)
 
     def step():
         optimizer.zero_grad()
-        model(coord, feat, offset).square().mean().backward()
+        model(coord, feat, offset, hierarchy=hierarchy).square().mean().backward()
         optimizer.step()
 
     counter = launch_count.count_step(step, model, optimizer)
@@ -177,15 +190,14 @@ def test_a_norms_forward_counts_its_batch_in_its_last_kernel(launch_count):
     assert int(module.num_batches_tracked) == 1
 
 
-def _tiny_eval(pe: str = "rpe"):
-    """A tiny network in eval mode and one batch of two clouds with their hierarchy (as built beside the test)."""
+def _tiny_eval(pe: str = "rpe", size: dict = TINY):
+    """A tiny network (``size``) in eval mode and one batch of two clouds with their hierarchy (as built beside the
+    test)."""
     from pointgeope.model import PointTransformerSeg
 
-    g = torch.Generator().manual_seed(0)
-    coord = torch.rand(200, 3, generator=g) * 3
-    feat, offset = torch.cat([torch.rand(200, 3, generator=g), coord], dim=1), torch.tensor([130, 200])
+    coord, feat, offset = _two_clouds()
     torch.manual_seed(0)
-    model = PointTransformerSeg(pe=pe, **TINY).eval()
+    model = PointTransformerSeg(pe=pe, **size).eval()
     return model, coord, feat, offset, model.hierarchy_spec(coord, offset)
 
 
@@ -234,7 +246,7 @@ def test_a_test_forward_counts_one_launch_a_norm_and_a_linear_as_under_no_grad(l
 
 
 def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, monkeypatch):
-    """``count(..., what="test", amp="bf16")`` over two presets (tiny networks in place of PointTransformerSeg50):
+    """``count(..., what="test", amp="bf16")`` over two presets (two-stage networks in place of PointTransformerSeg50):
     both counted, each forward under bf16 autocast on the CPU as on CUDA, the logits made float32 after the model;
     float32 without it. The run's bf16 copies of the weights are made before the counted forward (``run_copies``,
     as evaluate makes them before its first batch): one launch fewer for each Linear's weight and bias than where
@@ -247,7 +259,7 @@ def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, 
     def tiny_test(preset, points, clouds, amp):
         from types import SimpleNamespace
 
-        model, coord, feat, offset, hierarchy = _tiny_eval(preset)
+        model, coord, feat, offset, hierarchy = _tiny_eval(preset, TWO_STAGES)
         sink = VoteSink(model, None, None, Config(eval=EvalConfig(amp=amp)), torch.device("cpu"))
         batch = SimpleNamespace(pos=coord, x=feat, offset=offset, hierarchy=hierarchy, grid_coord=None)
 
@@ -262,7 +274,7 @@ def test_amp_bf16_counts_each_presets_test_forward_under_autocast(launch_count, 
     cast = launch_count.count(["rpe", "geope"], 0, 0, what="test", amp="bf16")
     assert set(bf16) == {"rpe", "geope"}
     for preset, counts in bf16.items():
-        tensors = sum(1 + (m.bias is not None) for m in _tiny_eval(preset)[0].modules()
+        tensors = sum(1 + (m.bias is not None) for m in _tiny_eval(preset, TWO_STAGES)[0].modules()
                       if isinstance(m, torch.nn.Linear))
         assert cast[preset]["launches"] - counts["launches"] == tensors > 0
         assert cast[preset]["top_ops"]["_to_copy"] - counts["top_ops"].get("_to_copy", 0) == tensors

@@ -302,13 +302,16 @@ def test_rpe_positions_have_the_width_pos_nn_takes():
         GeoPEPointTransformerConv(4, 12, pe="geope+rpe", pos_nn=torch.nn.Linear(2, 12))(x, pos[:, :2], edge_index)
 
 
-def _pyg_graph_breaks(x, pos, edge_index) -> int:
+@pytest.fixture(scope="module")
+def pyg_graph_breaks() -> int:
+    """The graph breaks of PyG's own ``PointTransformerConv`` on ``graph(n=40)``: one count for every encoding."""
     torch._dynamo.reset()
+    x, pos, edge_index = graph(n=40)
     return torch._dynamo.explain(PointTransformerConv(4, 12))(x, pos, edge_index).graph_break_count
 
 
 @pytest.mark.parametrize("pe", ["rpe", "geope", "ape", "lingeope", "rope3d"])
-def test_torch_compile_breaks_no_more_than_pygs_layer_and_gives_the_eager_values(pe):
+def test_torch_compile_breaks_no_more_than_pygs_layer_and_gives_the_eager_values(pe, pyg_graph_breaks):
     """The `torch.mul(..., out=)` on strided views of the rotation made 19 graph breaks; now the breaks are
     PyG's own (the data-dependent `remove_self_loops`): the per-edge rotations' CPU kernel is a custom op
     (`pointgeope::turn_edges`), which the graph keeps whole; whether numba is installed is looked up once, not
@@ -317,10 +320,9 @@ def test_torch_compile_breaks_no_more_than_pygs_layer_and_gives_the_eager_values
     torch.manual_seed(0)
     conv = GeoPEPointTransformerConv(4, 12, pe=pe)
     x, pos, edge_index = graph(n=40)
-    pyg_breaks = _pyg_graph_breaks(x, pos, edge_index)
     torch._dynamo.reset()
     explained = torch._dynamo.explain(conv)(x, pos, edge_index)
-    assert explained.graph_break_count == pyg_breaks == 2, [b.reason for b in explained.break_reasons]
+    assert explained.graph_break_count == pyg_graph_breaks == 2, [b.reason for b in explained.break_reasons]
     ours = [(b.reason.splitlines()[0], [f"{f.filename}:{f.lineno}" for f in b.user_stack])
             for b in explained.break_reasons if not any("torch_geometric" in f.filename for f in b.user_stack)]
     assert not ours     # every break in PyG's code: one of ours need not change the count (2.11: lingeope's made 2)
