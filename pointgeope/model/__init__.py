@@ -8,13 +8,22 @@ imported).
 """
 import importlib
 import importlib.util
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for the readers of the source (type checkers; mkdocstrings, which renders docs/api/model.md)
+    from pointgeope.model.attention import PointTransformerLayer
+    from pointgeope.model.config import ModelConfig
+    from pointgeope.model.network import OpsBackends, PointTransformerBlock, PointTransformerSeg
+    from pointgeope.model.ops import HierarchySpec, PointHierarchy
+    from pointgeope.model.presets import PRESETS, PositionalEncoding
 
 # Each name of __all__ -> its module in this package.
 _WHERE = {"ModelConfig": "config", "PointTransformerSeg": "network", "PointTransformerLayer": "attention",
           "PointTransformerBlock": "network", "PositionalEncoding": "presets", "PRESETS": "presets",
           "OpsBackends": "network", "HierarchySpec": "ops", "PointHierarchy": "ops"}
 
-__all__ = list(_WHERE)
+__all__ = ["ModelConfig", "PointTransformerSeg", "PointTransformerLayer", "PointTransformerBlock", "PositionalEncoding",
+           "PRESETS", "OpsBackends", "HierarchySpec", "PointHierarchy"]  # _WHERE's names, written out for the readers
 
 
 def __getattr__(name: str):
