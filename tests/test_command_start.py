@@ -69,6 +69,19 @@ def test_the_model_package_gives_its_names_from_their_modules():
         pointgeope.model.Nonesuch  # noqa: B018
 
 
+def test_the_model_package_gives_its_submodules_as_attributes():
+    """Its eager ``__init__`` imported ``attention``, ``config``, ``network``, ``ops`` (and what they import), so
+    ``import pointgeope.model as m; m.network`` worked; the lazy one gives a submodule at its first use too (a fresh
+    process: in this one the submodules are already imported), not an AttributeError that depends on what ran
+    before. ``presets`` and ``config`` import no torch: the access imports what it names, nothing more."""
+    code = ("import sys, pointgeope.model as m; print(m.config.__name__, m.presets.__name__, 'torch' in sys.modules, "
+            "hasattr(m, 'Nonesuch'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["pointgeope.model.config", "pointgeope.model.presets", "False", "False"]
+
+
 @pytest.mark.parametrize(("path", "package"), [("pointgeope/data/transforms.py", "scipy"),
                                                ("pointgeope/model/presets.py", "torch"),
                                                ("pointgeope/model/config.py", "torch"),

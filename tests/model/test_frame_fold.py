@@ -121,6 +121,26 @@ def test_the_forward_is_the_unfolded_kernels_bits_and_the_backward_within_roundi
     assert torch.equal(runs[1][2], runs[0][2])                                   # -sum_j g: the same sum
 
 
+def test_a_backward_whose_kernel_failed_since_its_forward_gives_the_same_gradients(interpreted_cpu):
+    """The folded forward in Triton, then its kernel turned off before the backward: the torch fallback of the
+    backward's one owner (``fused_attention.frame_backward`` under this op's name: the reference's gradients by
+    autograd, at zeros of the inputs' shapes) gives the Triton backward's gradients, in float64."""
+    _, idx, _, tables, x, q, delta = _inputs(5, 3, 7, torch.float64, seed=4)
+    grads = []
+    for fails in (False, True):
+        leaves = [t.clone().requires_grad_() for t in (x, q, delta)]
+        out = _folded(leaves[0], idx, tables, leaves[1], leaves[2])
+        interpreted_cpu.setattr(fused_attention.KERNELS[NAME], "ran", set())          # the backward's path only
+        if fails:
+            with pytest.warns(kernels.KernelFallbackWarning, match=NAME):
+                kernels.fail(NAME, RuntimeError("injected"))
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype))
+        assert fused_attention.KERNELS[NAME].ran == {"torch" if fails else "triton"}
+        grads.append([t.grad for t in leaves])
+    for triton_grad, torch_grad in zip(*grads, strict=True):
+        torch.testing.assert_close(torch_grad, triton_grad, rtol=1e-12, atol=1e-12)
+
+
 def test_off_by_default_and_never_under_sorted_sums(monkeypatch):
     """``FOLD`` off: the unfolded kernel; on: the folded one, but not where the backward sums by source point
     (``gather_backward.SCATTER`` sorted, or deterministic algorithms: the fold's atomics would leave Triton)."""
