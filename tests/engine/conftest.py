@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -173,100 +172,3 @@ def code_at(monkeypatch):
 
     return pin
 
-
-class _ForkedCommand:
-    """A stand-in for :class:`subprocess.Popen` of ``python -m pointgeope ARGS`` (an ablation's trial): the
-    command runs in a fork of this process, which has imported torch already, instead of a new interpreter that
-    imports it again (about 7 CPU seconds a trial, most of an ablation test's time). The fork is a process of its
-    own as the interpreter would be: its own session, ablate's ``preexec_fn`` (its death signal), stdout and
-    stderr on the trial's log, its exit code the command's, signals and waits by its pid."""
-
-    def __init__(self, argv, stdout=None, stderr=None, stdin=None, env=None, start_new_session=False,
-                 preexec_fn=None):
-        import subprocess
-        import sys
-
-        assert argv[:3] == [sys.executable, "-m", "pointgeope"] and stderr == subprocess.STDOUT, argv
-        log, self.args, self.returncode = stdout.fileno(), argv, None
-        stdout.flush()
-        self.pid = os.fork()
-        if self.pid == 0:
-            self._child(argv[3:], log, env, start_new_session, preexec_fn)
-
-    @staticmethod
-    def _child(args, log, env, start_new_session, preexec_fn):
-        """The forked process: ``pointgeope args`` as ``python -m pointgeope`` runs it, then its exit."""
-        import sys
-        import traceback
-
-        code = 1
-        try:
-            if start_new_session:
-                os.setsid()
-            if preexec_fn is not None:
-                preexec_fn()
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            sys.stdout, sys.stderr = (open(fd, "w", closefd=False, encoding="utf-8") for fd in (1, 2))
-            if env is not None:
-                os.environ.clear()
-                os.environ.update(env)
-            from pointgeope.cli import main as cli
-
-            sys.argv = [str(REPO / "pointgeope" / "__main__.py"), *args]
-            code = cli(args)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback, exit code 1
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(code)
-
-    def poll(self):
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout=None):
-        import subprocess
-        import time
-
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(0.01)
-        return self.returncode
-
-    def send_signal(self, sig):
-        if self.returncode is None:
-            os.kill(self.pid, sig)
-
-    def kill(self):
-        import signal
-
-        self.send_signal(signal.SIGKILL)
-
-
-@pytest.fixture()
-def forked_trials(monkeypatch):
-    """An ablation's trials run as forks of this process (:class:`_ForkedCommand`), where a test is about what
-    ablate plans, reports or says of them, not about starting an interpreter (the tests of ablate's stops, and
-    the grid of test_ablation.py, run them as ``python -m pointgeope``). Other commands ablate would start are
-    left to :class:`subprocess.Popen`."""
-    import subprocess
-
-    from pointgeope.engine import ablation
-
-    popen = subprocess.Popen
-
-    def start(argv, *args, **kwargs):
-        forked = argv[1:4] == ["-m", "pointgeope", "train"] and not args
-        return (_ForkedCommand if forked else popen)(argv, *args, **kwargs)
-
-    monkeypatch.setattr(ablation.subprocess, "Popen", start)

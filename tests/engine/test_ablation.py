@@ -71,7 +71,6 @@ def test_plan_orders_trials_and_shares_the_threads(two_folds, unpinned_config, t
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("forked_trials")
 def test_trials_run_resume_and_a_failed_one_is_reported(grid, two_folds, tmp_path, capsys):
     """The grid's four trials (two at a time) each reported with its own metrics.json and seed; a rerun
     (of a copy) with seeds 0 and 7 skips seed 0, names seed 7's failure and the trials of the other grid."""
@@ -107,7 +106,6 @@ def test_trials_run_resume_and_a_failed_one_is_reported(grid, two_folds, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("forked_trials")
 def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(grid, two_folds, tmp_path, capsys):
     """Fold 2 into the RUN of fold 1 (a copy of the grid's rpe seed 0 and report): its report scores area_2
     alone (it pooled every fold the trial folders held, under the header "fold 2") and fold 1's report stays (it
@@ -257,7 +255,6 @@ def test_a_resumed_trials_thread_count_is_read_without_its_tensors(two_folds, ti
     assert int(threads) == 3 and float(grown_mib) < 16, out
 
 
-@pytest.mark.usefixtures("forked_trials")
 def test_a_run_dir_from_home_holds_the_trials_and_their_report(grid, two_folds, tmp_path, monkeypatch):
     """ablate --run-dir '~/abl' (quoted, or zsh's --run-dir=~/abl, which zsh leaves as it is): a config's leading
     ~ is the home folder, so the trial trained in ~/abl while ablate looked for it in ./~/abl and reported
@@ -272,7 +269,6 @@ def test_a_run_dir_from_home_holds_the_trials_and_their_report(grid, two_folds, 
     assert not (tmp_path / "~").exists()
 
 
-@pytest.mark.usefixtures("forked_trials")
 def test_the_report_names_the_torch_threads_its_trials_were_trained_with(grid, two_folds, tmp_path):
     """The scores depend on the torch CPU thread count (its kernels split their sums by thread), and a rerun
     reports a trial complete from an earlier run whatever count it had (``train.threads`` is no setting a
@@ -317,7 +313,6 @@ def test_a_run_dir_of_another_command_is_refused(two_folds, tmp_path, holds, wha
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("forked_trials")
 def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_continues_it(two_folds, tmp_path, capsys):
     """train.epochs_per_run=1 of 2: each trial ended with exit code 0 before its last epoch; ablate said "done"
     and its report named the trial missing for "no metrics.json", without a word that a rerun continues it
@@ -341,7 +336,6 @@ def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_con
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("forked_trials")
 def test_a_trial_refused_with_trains_force_advice_names_ablates_way(grid, two_folds, tmp_path, capsys):
     """A trial refused by train with "--force retrains the fold" (here its last.pt deleted) was reported with
     that advice alone, which ablate cannot follow: ablate has no --force."""
@@ -358,7 +352,6 @@ def test_a_trial_refused_with_trains_force_advice_names_ablates_way(grid, two_fo
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("forked_trials")
 def test_ablates_way_to_trains_force_follows_the_refusal_not_the_words(grid, two_folds, tmp_path, capsys):
     """ablate added its way to train's --force where the failure's line held the text "--force": a trial whose
     last.pt is damaged (train: "delete it to start the fold again", no "--force") went without it, and a

@@ -119,7 +119,6 @@ def test_predict_of_a_ptv3_run_equals_its_evaluation(ptv3_run, two_folds, tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("forked_trials")     # its trials forked, not new interpreters: see tests/engine/conftest.py
 def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
     run = tmp_path / "abl"
     assert cli(["ablate", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root", str(two_folds),
