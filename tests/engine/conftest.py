@@ -171,3 +171,4 @@ def code_at(monkeypatch):
         monkeypatch.setattr(provenance, "package_modified", lambda: modified)
 
     return pin
+

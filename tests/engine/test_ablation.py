@@ -16,6 +16,24 @@ from tests.conftest import process_ended
 from tests.engine.conftest import DEMO_CONFIG, TINY, ablate_args, ignore_sigint, last_line_only, trial_config
 
 
+@pytest.fixture(scope="module")
+def grid(two_folds, tmp_path_factory):
+    """``ablate`` of rpe, none x seeds 0, 1 on fold 1, one epoch, two trials at a time: ``RUN`` with the four
+    trials and ``RUN/report/fold_1``, trained once for the tests of this file. A test that writes works on a
+    copy (:func:`copy_trials`)."""
+    run = tmp_path_factory.mktemp("grid") / "abl"
+    assert cli(ablate_args(two_folds, run, "train.epochs=1", jobs="2")) == 0
+    return run
+
+
+def copy_trials(grid, run, *names):
+    """``run`` holding a copy of the ``grid``'s folders ``names`` (``rpe/seed_0``, ``report``, ...): a copied
+    trial is skipped or resumed as the original would be (train.run_dir is no setting a trial is compared by)."""
+    for name in names:
+        shutil.copytree(grid / name, run / name)
+    return run
+
+
 @pytest.mark.parametrize("presets, seeds, jobs, extra, message", [
     (("rpe", "rpe"), ("0",), "1", (), "--presets: expected distinct values, got rpe rpe"),
     (("rpe",), ("1", "1"), "1", (), "--seeds: expected distinct values, got 1 1"),
@@ -53,23 +71,24 @@ def test_plan_orders_trials_and_shares_the_threads(two_folds, unpinned_config, t
 
 
 @pytest.mark.slow
-def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, capsys):
-    run = tmp_path / "abl"
-    assert cli(ablate_args(two_folds, run, "train.epochs=1", jobs="2")) == 0
-    report = json.loads((run / "report" / "fold_1" / "ablation.json").read_text())
+def test_trials_run_resume_and_a_failed_one_is_reported(grid, two_folds, tmp_path, capsys):
+    """The grid's four trials (two at a time) each reported with its own metrics.json and seed; a rerun
+    (of a copy) with seeds 0 and 7 skips seed 0, names seed 7's failure and the trials of the other grid."""
+    report = json.loads((grid / "report" / "fold_1" / "ablation.json").read_text())
     assert [v["name"] for v in report["variants"]] == ["rpe", "none"]
     for variant in report["variants"]:
         assert variant["seeds"] == [0, 1] and variant["missing"] == [] and variant["folds"] == ["Area_1"]
         for seed, entry in zip((0, 1), variant["runs"], strict=True):
-            metrics = json.loads((run / variant["name"] / f"seed_{seed}" / "area_1" / "metrics.json").read_text())
+            metrics = json.loads((grid / variant["name"] / f"seed_{seed}" / "area_1" / "metrics.json").read_text())
             assert metrics["pe"] == variant["name"] and entry["miou"] == pytest.approx(metrics["miou"])
-            config = (run / variant["name"] / f"seed_{seed}" / "area_1" / "config.yaml").read_text()
+            config = (grid / variant["name"] / f"seed_{seed}" / "area_1" / "config.yaml").read_text()
             assert f"seed: {seed}\n" in config
         assert variant["miou"]["mean"] == pytest.approx(sum(r["miou"] for r in variant["runs"]) / 2)
-    md = (run / "report" / "fold_1" / "ablation.md").read_text()
+    md = (grid / "report" / "fold_1" / "ablation.md").read_text()
     assert md.startswith("# Ablation: rpe, none x seeds 0, 1, fold 1\n\nCommand: `pointgeope ablate --config ")
-    capsys.readouterr()
     # again, with a seed whose fold folder cannot be made: seed 0 is skipped, seed 7 fails and is named
+    run = copy_trials(grid, tmp_path / "abl", "rpe", "none")
+    capsys.readouterr()
     for preset in ("rpe", "none"):
         (run / preset / "seed_7").mkdir(parents=True)
         (run / preset / "seed_7" / "area_1").write_text("not a folder")
@@ -87,13 +106,13 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
 
 
 @pytest.mark.slow
-def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_folds, tmp_path, capsys):
-    """Fold 2 into the RUN of fold 1: its report scores area_2 alone (it pooled every fold the trial folders
-    held, under the header "fold 2") and fold 1's report stays (it was overwritten). A rerun with
-    another eval value: the skipped trial's old test is named stale, not scored under the new header; with
-    another train value ablate refuses before any trial starts (train would refuse each one), naming what to do."""
-    run, one = tmp_path / "abl", ("train.epochs=1",)
-    assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",))) == 0
+def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(grid, two_folds, tmp_path, capsys):
+    """Fold 2 into the RUN of fold 1 (a copy of the grid's rpe seed 0 and report): its report scores area_2
+    alone (it pooled every fold the trial folders held, under the header "fold 2") and fold 1's report stays (it
+    was overwritten). A rerun with another eval value: the skipped trial's old test is named stale, not scored
+    under the new header; with another train value ablate refuses before any trial starts (train would refuse
+    each one), naming what to do."""
+    run, one = copy_trials(grid, tmp_path / "abl", "rpe/seed_0", "report"), ("train.epochs=1",)
     fold_1 = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",), area="2")) == 0
     assert (run / "report" / "fold_1" / "ablation.md").read_text() == fold_1
@@ -236,28 +255,31 @@ def test_a_resumed_trials_thread_count_is_read_without_its_tensors(two_folds, ti
     assert int(threads) == 3 and float(grown_mib) < 16, out
 
 
-def test_a_run_dir_from_home_holds_the_trials_and_their_report(two_folds, tmp_path, monkeypatch):
+def test_a_run_dir_from_home_holds_the_trials_and_their_report(grid, two_folds, tmp_path, monkeypatch):
     """ablate --run-dir '~/abl' (quoted, or zsh's --run-dir=~/abl, which zsh leaves as it is): a config's leading
     ~ is the home folder, so the trial trained in ~/abl while ablate looked for it in ./~/abl and reported
-    'none of the 1 trial(s) has a result of fold 1'."""
+    'none of the 1 trial(s) has a result of fold 1'. Here ~/abl holds a copy of the grid's trained trial: the
+    trial's train finds it complete there, and ablate reports it from there."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    assert cli(ablate_args(two_folds, "~/abl", presets=("rpe",), seeds=("0",))) == 0
-    abl = tmp_path / "home" / "abl"
-    assert (abl / "rpe" / "seed_0" / "area_1" / "metrics.json").is_file()
+    abl = copy_trials(grid, tmp_path / "home" / "abl", "rpe/seed_0")      # trained: the trial skips it
+    assert cli(ablate_args(two_folds, "~/abl", "train.epochs=1", presets=("rpe",), seeds=("0",))) == 0
+    assert "is complete, skipped" in (abl / "rpe" / "seed_0" / "train.log").read_text()
     assert (abl / "report" / "fold_1" / "ablation.md").is_file()
     assert not (tmp_path / "~").exists()
 
 
-def test_the_report_names_the_torch_threads_its_trials_were_trained_with(two_folds, tmp_path):
+def test_the_report_names_the_torch_threads_its_trials_were_trained_with(grid, two_folds, tmp_path):
     """The scores depend on the torch CPU thread count (its kernels split their sums by thread), and a rerun
     reports a trial complete from an earlier run whatever count it had (``train.threads`` is no setting a
     result is stale by): the header named the count only where the command's overrides held it, so a report
     of trials trained at 2 threads and at 1 (the demo config's) read as one setting's. It names the count
-    each reported trial's last.pt was written with, every count where they differ."""
+    each reported trial's last.pt was written with, every count where they differ (here none seed 0, the grid's,
+    trained with the demo config's 1 thread)."""
     run = tmp_path / "abl"
     assert cli(ablate_args(two_folds, run, "train.epochs=1", "train.threads=2", presets=("rpe",), seeds=("0",))) == 0
     assert "Trained with 2 torch CPU threads. " in (run / "report" / "fold_1" / "ablation.md").read_text()
+    copy_trials(grid, run, "none/seed_0")
     assert cli(ablate_args(two_folds, run, "train.epochs=1", presets=("rpe", "none"), seeds=("0",))) == 0
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "| rpe | 1 |" in md and "| none | 1 |" in md                         # both reported
@@ -314,12 +336,11 @@ def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_con
 
 
 @pytest.mark.slow
-def test_a_trial_refused_with_trains_force_advice_names_ablates_way(two_folds, tmp_path, capsys):
+def test_a_trial_refused_with_trains_force_advice_names_ablates_way(grid, two_folds, tmp_path, capsys):
     """A trial refused by train with "--force retrains the fold" (here its last.pt deleted) was reported with
     that advice alone, which ablate cannot follow: ablate has no --force."""
-    run = tmp_path / "abl"
+    run = copy_trials(grid, tmp_path / "abl", "rpe/seed_0")
     args = ablate_args(two_folds, run, "train.epochs=1", presets=("rpe",), seeds=("0",))
-    assert cli(args) == 0
     fold = run / "rpe" / "seed_0" / "area_1"
     (fold / "last.pt").unlink()
     capsys.readouterr()
@@ -331,14 +352,14 @@ def test_a_trial_refused_with_trains_force_advice_names_ablates_way(two_folds, t
 
 
 @pytest.mark.slow
-def test_ablates_way_to_trains_force_follows_the_refusal_not_the_words(two_folds, tmp_path, capsys):
+def test_ablates_way_to_trains_force_follows_the_refusal_not_the_words(grid, two_folds, tmp_path, capsys):
     """ablate added its way to train's --force where the failure's line held the text "--force": a trial whose
     last.pt is damaged (train: "delete it to start the fold again", no "--force") went without it, and a
     failure of another kind in a run folder whose name holds "--force" got it. train now notes the fold folder
-    of a refusal that --force ends (pointgeope.engine.retrain), and ablate names that folder."""
-    run = tmp_path / "abl--force"
+    of a refusal that --force ends (pointgeope.engine.retrain), and ablate names that folder; deleting it (ablate's
+    way) trains the trial again."""
+    run = copy_trials(grid, tmp_path / "abl--force", "rpe")
     args = ablate_args(two_folds, run, "train.epochs=1", presets=("rpe",), seeds=("0", "1"))
-    assert cli(args) == 0
     damaged, other = run / "rpe" / "seed_0" / "area_1", run / "rpe" / "seed_1" / "area_1"
     (damaged / "last.pt").write_bytes((damaged / "last.pt").read_bytes()[:1000])     # cut short
     shutil.rmtree(other)
@@ -352,8 +373,8 @@ def test_ablates_way_to_trains_force_follows_the_refusal_not_the_words(two_folds
     assert str(other) in lines["rpe seed 1"] and "ablate has no --force" not in lines["rpe seed 1"]
     assert sorted(p.name for p in (run / "rpe" / "seed_0").iterdir()) == ["area_1", "train.log"]   # no note left
     shutil.rmtree(damaged)                                                           # ablate's way: it trains again
-    other.unlink()
-    assert cli(args) == 0
+    assert cli(ablate_args(two_folds, run, "train.epochs=1", presets=("rpe",), seeds=("0",))) == 0
+    assert (damaged / "metrics.json").is_file()
 
 
 def test_a_set_whose_every_trial_is_unfinished_exits_1_without_an_error(two_folds, tmp_path, capsys, monkeypatch):

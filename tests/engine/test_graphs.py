@@ -128,21 +128,24 @@ def test_training_step_says_why_it_is_eager():
     assert lines == []
 
 
-def test_the_bench_compares_the_two_steps(tmp_path):
-    """``bench/bench_graphs.py`` on the CPU (the rerun recorder): one recorded graph, losses that agree to
-    float32's rounding, and both times. 4,200 points a cloud keep 16 at the last stage: with fewer than k the
-    kNN repeats neighbours, a batch norm's variance is zero in exact arithmetic and it scales rounding by
+def test_the_bench_compares_the_two_steps(tmp_path, monkeypatch):
+    """``bench/bench_graphs.py``'s command on the CPU (the rerun recorder; its ``main`` in this process, as
+    ``python bench/bench_graphs.py`` runs it): one recorded graph, losses that agree to float32's rounding, and
+    both times, in the JSON it writes. 4,200 points a cloud keep 16 at the last stage: with fewer than k the kNN
+    repeats neighbours, a batch norm's variance is zero in exact arithmetic and it scales rounding by
     1 / sqrt(eps) (500 points a cloud: the losses differ by 2e-3)."""
     import json
-    import subprocess
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
+    import bench_graphs
+
     out = tmp_path / "graphs.json"
-    subprocess.run([sys.executable, str(root / "bench/bench_graphs.py"), "--out", str(out), "--device", "cpu",
-                    "--points", "4200", "--clouds", "2", "--presets", "rpe", "--amps", "none", "--reps", "1",
-                    "--warmup", "0"], check=True, capture_output=True, cwd=root)
+    monkeypatch.setattr(sys, "argv", ["bench_graphs.py", "--out", str(out), "--device", "cpu", "--points", "4200",
+                                      "--clouds", "1", "--presets", "rpe", "--amps", "none", "--reps", "1",
+                                      "--warmup", "0"])
+    assert bench_graphs.main() == 0
     row = json.loads(out.read_text())["cases"]["rpe/none"]
     assert row["recorded"] == 1 and row["loss_rel_diff"] < 1e-5 and row["eager_s"] > 0 and row["graph_s"] > 0
 
