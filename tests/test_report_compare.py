@@ -15,15 +15,7 @@ from pointgeope.report import default_out
 from tests.test_report import write_fold
 from tests.test_report_mixed import _fold, _with_data
 
-
-@pytest.fixture(autouse=True)
-def _figures_not_drawn(monkeypatch):
-    """These tests read the report's tables, notes and file names, never its figures: the figures (matplotlib,
-    most of a report's time) are fixed bytes here. tests/test_report.py draws and checks them."""
-    from pointgeope.report import plots
-
-    monkeypatch.setattr(plots, "iou_bar_chart", lambda summaries: b"\x89PNG iou_per_class")
-    monkeypatch.setattr(plots, "confusion_heatmap", lambda summary: f"\x89PNG {summary.name}".encode())
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")  # they read no figure
 
 
 def _run(root, name, *overrides, data=None):

@@ -13,15 +13,7 @@ import pytest
 from pointgeope.cli import main as cli
 from tests.test_report import perfect, write_fold
 
-
-@pytest.fixture(autouse=True)
-def _figures_not_drawn(monkeypatch):
-    """These tests read the report's tables, notes and file names, never its figures: the figures (matplotlib,
-    most of a report's time) are fixed bytes here. tests/test_report.py draws and checks them."""
-    from pointgeope.report import plots
-
-    monkeypatch.setattr(plots, "iou_bar_chart", lambda summaries: b"\x89PNG iou_per_class")
-    monkeypatch.setattr(plots, "confusion_heatmap", lambda summary: f"\x89PNG {summary.name}".encode())
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")  # they read no figure
 
 
 CPU = {"device": "cpu", "processes": 1, "threads": 1, "precision": "float32", "torch": "2.13.0"}
