@@ -57,6 +57,16 @@ def kernel_failures_forgotten():
     kernels.reset()
 
 
+@pytest.fixture
+def figures_not_drawn(monkeypatch):
+    """A report's figures as fixed bytes, for tests that read its tables, notes and file names, never a figure:
+    matplotlib was most of a report's time. tests/test_report.py draws and checks the figures."""
+    from pointgeope.report import plots
+
+    monkeypatch.setattr(plots, "iou_bar_chart", lambda summaries: b"\x89PNG iou_per_class")
+    monkeypatch.setattr(plots, "confusion_heatmap", lambda summary: f"\x89PNG {summary.name}".encode())
+
+
 @pytest.fixture(scope="session")
 def geope_vectors_path() -> Path:
     return FIXTURES / "geope_vectors.json"

@@ -5,9 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
+
 from pointgeope.cli import main as cli
 from pointgeope.engine.config import config_to_dict, load_config
 from tests.test_report import perfect, write_fold
+
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")  # they read no figure
 
 COMMIT = "5e1c1896a8d84bf745915e7b9d75fd5f38530a6f"
 POINTS = {f"Area_{k}": f"points:sha256:{k:064x}" for k in range(1, 7)}

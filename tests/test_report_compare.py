@@ -15,6 +15,8 @@ from pointgeope.report import default_out
 from tests.test_report import write_fold
 from tests.test_report_mixed import _fold, _with_data
 
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")  # they read no figure
+
 
 def _run(root, name, *overrides, data=None):
     run = root / name

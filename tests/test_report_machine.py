@@ -13,6 +13,9 @@ import pytest
 from pointgeope.cli import main as cli
 from tests.test_report import perfect, write_fold
 
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")  # they read no figure
+
+
 CPU = {"device": "cpu", "processes": 1, "threads": 1, "precision": "float32", "torch": "2.13.0"}
 GPU = {"device": "cuda", "device_name": "NVIDIA H200", "processes": 1, "threads": 8, "precision": "bf16",
        "torch": "2.13.0+cu126"}

@@ -14,6 +14,8 @@ from pointgeope.report.fold_file import ReportError
 from pointgeope.report.runs import load_run
 from tests.test_report import perfect, write_fold
 
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")  # they read no figure
+
 
 def _fold(run, k, *overrides, config_in_metrics=False):
     """A complete fold whose settings are the defaults with ``overrides``: in ``config.yaml`` as train

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.cli import main as cli
 from pointgeope.engine.config import config_to_dict, load_config
@@ -14,6 +16,8 @@ from tests.data.points_rules import measured_points, points_with_normals
 from tests.data_prep.raw_trees import five_rooms
 from tests.engine.test_ptv3_engine import PTV3_DEMO
 from tests.test_report import perfect, write_fold
+
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")  # they read no figure
 
 AREAS = ("Area_1", "Area_2")
 
