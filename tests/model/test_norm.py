@@ -184,12 +184,13 @@ def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted_cpu)
     pairs, and the blocks' third norms, without ReLU) on the Triton path, training mode: each ``BatchNormReLU``
     calls the fused op once, each block's third norm (``residual_norm.BatchNormAddReLU``) the fused norm, add and
     ReLU once (opt-in: ``POINTGEOPE_KERNELS=triton`` here), and the logits, gradients and running buffers equal
-    those of the same path with torch's batch norms (and relu, and the add) in their place."""
-    from pointgeope.model import PointTransformerSeg
+    those of the same path with torch's batch norms (and relu, and the add) in their place. (The hierarchy's
+    k-NN and FPS on torch's path, the same in both runs.)"""
+    from pointgeope.model import OpsBackends, PointTransformerSeg
     from tests.model.test_network import TINY, _batch
 
     torch.manual_seed(0)
-    model = PointTransformerSeg(pe="rpe", **TINY).train()
+    model = PointTransformerSeg(pe="rpe", backends=OpsBackends(knn="torch", fps="torch"), **TINY).train()
     with torch.no_grad():       # random affine maps: at the init's bias 0, rows at their channel's mean (in
         for m in model.modules():   # a tiny cloud whose kNN is the whole cloud, every self pair) sit on the
             if isinstance(m, BatchNormReLU):     # ReLU's kink, where rounding alone decides the mask
