@@ -223,10 +223,13 @@ def test_cloud_means_sum_in_float32_under_autocast():
 def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, path, monkeypatch, request):
     """The forward builds one GeoPE table per stage (stage_memo.shared), and its logits and every
     gradient are bit for bit those of the same network building a table per layer: on the torch path and
-    on the Triton kernels (interpreted), which keep the table for their backward."""
+    on the Triton kernels (interpreted), which keep the table for their backward. Two clouds of 80 and 40
+    points: stages of 120, 30 and 7 rows (distinct, each with a second cloud); the hierarchy's k-NN and FPS
+    on torch's path (the Triton ones, interpreted, would be most of the time and none of the subject)."""
     if path == "triton":
         request.getfixturevalue("interpreted_cpu")
         request.getfixturevalue("torch_batch_norm")
+    tiny = {**TINY, "backends": OpsBackends(knn="torch", fps="torch")}
 
     from pointgeope.model import fused_attention, rotation
 
@@ -236,12 +239,12 @@ def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, 
     built = []
     build = rotation._build_tables
     monkeypatch.setattr(rotation, "_build_tables", lambda *a: built.append(a[0].shape[0]) or build(*a))
-    coord, feat, offset = _batch()
-    runs = shared_and_alone(monkeypatch, built, pe, TINY, coord, feat, offset)
+    coord, feat, offset = _batch((80, 40))
+    runs = shared_and_alone(monkeypatch, built, pe, tiny, coord, feat, offset)
     (shared, shared_grads, shared_built), (alone, alone_grads, alone_built) = runs
     assert torch.equal(shared, alone)
     assert all(torch.equal(a, b) for a, b in zip(shared_grads, alone_grads, strict=True))
-    layers = layers_of(TINY)
+    layers = layers_of(tiny)
     assert len(alone_built) == layers                                     # a table per layer without sharing
     assert len(shared_built) == len(set(alone_built)) == 3                # one per stage (3 stages, distinct N)
     assert len(fused) == (2 * layers if path == "triton" else 0)          # the kernels took the shared tables
