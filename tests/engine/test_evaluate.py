@@ -338,7 +338,7 @@ def test_a_batch_that_does_not_fit_is_halved_with_the_same_votes():
     """A batch over the capacity raises; it is then run in halves (each attempt after a refusal at most
     half of the refused one), later batches start at the size that fitted, and the votes and scores equal
     those of a device with room for every batch."""
-    coord, color = room(n=600, seed=2)          # 200 fragments (the clump), ~580 batches: two refusals to start
+    coord, color = room(n=600, seed=2)          # 200 fragments (the clump), ~580 batches, the first halved twice
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=2000"])
     roomy = SmallMemoryClassifier(capacity=10**9)
     roomy_votes = vote_room(roomy, coord, color, cfg, torch.device("cpu"), seed=5)
