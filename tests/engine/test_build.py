@@ -213,7 +213,8 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
             launches = []
             monkeypatch.setattr(triton_fps, "fps_triton", lambda *a, fn=triton_fps.fps_triton:
                                 launches.append(1) or fn(*a))  # noqa: B023 - the loop's last iteration makes it
-        net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}", "data.voxel_max=250"])
+        # 100 voxels a sample: 25 points a cloud at stage 2, over its 8 neighbours
+        net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}", "data.voxel_max=100"])
         net.hierarchy_spec = built = _Recorder(net.hierarchy_spec)     # what the model builds itself
         loss = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None)).square().mean()
         loss.backward()

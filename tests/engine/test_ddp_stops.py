@@ -16,7 +16,7 @@ from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.distributed import DistEnv, PeerEnded, peer_end_said
 from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, free_port, last_line_only
 
-# Rank 1 sends itself SIGTERM from inside the backward of a step (the 2nd of epoch 2: 4 a rank per epoch),
+# Rank 1 sends itself SIGTERM from inside the backward of a step (the 1st of epoch 2: 2 a rank per epoch),
 # from a hook on a gradient, where Python runs the handler; the step, once done, writes the marker.
 RANK = """
 import os, runpy, signal, sys
@@ -47,8 +47,8 @@ def _rank(rank: int, port: int, root, run, marker, stop_at: int) -> subprocess.P
     env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     return subprocess.Popen([sys.executable, "-c", RANK, "--config", str(DEMO_CONFIG), "--test-area", "1",
-                             "--data-root", str(root), "--run-dir", str(run), *TINY, "data.loop=2",
-                             "train.epochs=3", "train.threads=1", str(stop_at), str(marker)],
+                             "--data-root", str(root), "--run-dir", str(run), *TINY, "data.loop=1",
+                             "train.epochs=2", "train.threads=1", str(stop_at), str(marker)],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -56,7 +56,7 @@ def _rank(rank: int, port: int, root, run, marker, stop_at: int) -> subprocess.P
 def test_a_stopped_rank_ends_its_step_and_its_peer_says_it_in_one_line(two_folds, tmp_path):
     run, port = tmp_path / "run", free_port()
     ranks = [_rank(0, port, two_folds, run, tmp_path / "never", 0),
-             _rank(1, port, two_folds, run, tmp_path / "stopped", 6)]
+             _rank(1, port, two_folds, run, tmp_path / "stopped", 3)]
     try:
         deadline = time.monotonic() + 120
         while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:

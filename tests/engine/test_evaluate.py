@@ -101,7 +101,7 @@ def test_capped_fragments_fill_the_rest_from_their_voxel():
 
 
 def test_votes_count_the_crops_covering_each_point():
-    coord, color = room(n=2500, seed=2)
+    coord, color = room(n=1200, seed=2)         # 400 fragments of ~800 voxels: overlapping crops of 300
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=1000"])
     model = ColourClassifier()
     result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=5)
@@ -116,7 +116,7 @@ def test_votes_count_the_crops_covering_each_point():
 
 
 def test_batching_does_not_change_the_vote():
-    coord, color = room(n=1500, seed=3)
+    coord, color = room(n=600, seed=3)          # 200 fragments of ~400 voxels: crops of 200
     base = ["data.grid_size=0.1", "data.voxel_max=200"]
     one = vote_room(ColourClassifier(), coord, color, load_config(None, base + ["eval.batch_points=1"]),
                     torch.device("cpu"), seed=0)
@@ -338,7 +338,7 @@ def test_a_batch_that_does_not_fit_is_halved_with_the_same_votes():
     """A batch over the capacity raises; it is then run in halves (each attempt after a refusal at most
     half of the refused one), later batches start at the size that fitted, and the votes and scores equal
     those of a device with room for every batch."""
-    coord, color = room(n=2500, seed=2)
+    coord, color = room(n=600, seed=2)          # 200 fragments (the clump), ~580 batches, the first halved twice
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=2000"])
     roomy = SmallMemoryClassifier(capacity=10**9)
     roomy_votes = vote_room(roomy, coord, color, cfg, torch.device("cpu"), seed=5)
