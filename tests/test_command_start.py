@@ -82,6 +82,21 @@ def test_the_model_package_gives_its_submodules_as_attributes():
     assert done.stdout.split() == ["pointgeope.model.config", "pointgeope.model.presets", "False", "False"]
 
 
+def test_the_kernel_registry_names_every_kernel_whatever_was_imported_before():
+    """``pointgeope info`` and ``info --check`` list ``kernels.registered()`` in a process that has imported only
+    the point ops: with the lazy package that was 5 of the kernels. A fresh process asks the registry first, then
+    imports every module of the package (the definition: every kernel any module registers); the names agree."""
+    code = ("import importlib, pkgutil, pointgeope.model as m; from pointgeope.model import kernels\n"
+            "first = sorted(k.name for k in kernels.registered())\n"
+            "for mod in pkgutil.walk_packages(m.__path__, 'pointgeope.model.'): importlib.import_module(mod.name)\n"
+            "print(first == sorted(k.name for k in kernels.registered()), len(first))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    same, count = done.stdout.split()
+    assert same == "True" and int(count) >= 14, done.stdout
+
+
 @pytest.mark.parametrize(("path", "package"), [("pointgeope/data/transforms.py", "scipy"),
                                                ("pointgeope/model/presets.py", "torch"),
                                                ("pointgeope/model/config.py", "torch"),

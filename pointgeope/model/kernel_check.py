@@ -173,9 +173,6 @@ def check_kernels(device: torch.device, points: int | None = None, pairs: int | 
     """One row per case of every registered kernel (module docstring): FPS and kNN on a crop of ``points``,
     the attention on ``pairs`` queries (default: the recipe's sizes on CUDA, small ones elsewhere), the
     Triton kernels asked for (``POINTGEOPE_KERNELS=triton`` for the duration, in this context)."""
-    import pointgeope.model.network  # noqa: F401  (it imports every module that registers a kernel: the
-    # package imports its modules at their first use, and a kernel whose module was not imported has no row)
-
     small = device.type != "cuda"
     points, pairs = points or (600 if small else 80_000), pairs or (200 if small else 20_000)
     rows = []
