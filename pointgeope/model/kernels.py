@@ -279,7 +279,7 @@ def register(name: str, triton: Callable[..., Any], torch: Callable[..., Any],
 def registered() -> list[Kernel]:
     """Every kernel of the package, by name. The modules that register them are imported first: the package
     imports its modules at their first use, and a kernel whose module no caller had imported yet was missing
-    (``pointgeope info`` named 5 of 14, its ``--check`` checked 5)."""
+    (``pointgeope info`` read 2 of the 14, its ``--check`` checked 5)."""
     import pointgeope.model.network  # noqa: F401  (imports every module that registers a kernel)
 
     return [_REGISTRY[name] for name in sorted(_REGISTRY)]
