@@ -369,7 +369,11 @@ def test_a_graphed_step_runs_the_third_norm_on_the_plain_kernel_by_default(monke
     monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
     cpu_as_cuda(monkeypatch)
     # every stage's clouds at least as many points as its neighbours (4 at the last stage), and two row blocks
-    # of the plain kernel's tile at the first: the interpreter's time goes with the rows
+    # of the plain kernel's tile at the first: the interpreter's time goes with the rows. With fewer points than
+    # neighbours in every cloud of a stage (16 at the last stage here: 4 and 5 points), each cloud's neighbours
+    # repeat cyclically, the displacements cancel, and the pair MLP's batch norm puts every self pair (p_i - p_i)
+    # at 0 before its ReLU (bias 0 at initialisation): relu' there is decided by rounding, so the padded and the
+    # eager step may take different subgradients (`linear_p.1.bias`; measured: 36 of 144 rows within 1e-12 of 0)
     cfg, model, learner, twin, twin_learner = _pair(neighbours=(8, 8, 4))
     cpu, plain_calls = torch.device("cpu"), []
     fused = norm.PLAIN_KERNEL.triton
