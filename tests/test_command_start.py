@@ -14,6 +14,7 @@ import pytest
 import pointgeope.model
 
 ROOT = Path(__file__).resolve().parents[1]
+PTV3_DEMO = ROOT / "configs" / "demo_ptv3.yaml"
 # What none of these commands' first steps needs: torch (~2 s), torch_geometric (~4 s, with torch._dynamo,
 # pandas and Triton), scipy, numba.
 HEAVY = ("torch", "torch_geometric", "scipy", "numba", "pandas", "triton")
@@ -33,23 +34,33 @@ print(json.dumps([codes, cfg.model.pe, sorted(m for m in json.loads(sys.argv[3])
 
 def test_a_mistake_in_a_config_is_told_before_torch_is_imported(tmp_path):
     """``train`` imported torch, torch_geometric and the data code (~7 s of CPU) before it read its config, and a
-    misspelt value was told after them; ``ablate``'s parent imported torch to read its trials' configs."""
+    misspelt value was told after them; ``ablate``'s parent imported torch to read its trials' configs; PTv3's
+    head widths and strides were checked by its torch modules."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  pe: geopee\n")
     lines = [["train", "--config", str(bad), "--test-area", "1"],
              ["train", "--config", str(tmp_path / "missing.yaml"), "--cv"],
              ["ablate", "--config", str(bad), "--test-area", "1", "--run-dir", str(tmp_path / "ab"),
-              "--presets", "rpe,geope", "--seeds", "0"]]
+              "--presets", "rpe,geope", "--seeds", "0"],
+             # PTv3's rules (model.ptv3_rules): heads of 2 channels for pointrope's 6, a pooling stride of 3
+             ["train", "--config", str(PTV3_DEMO), "--test-area", "1", "model.ptv3.enc_channels=[2, 36, 72]",
+              "model.ptv3.enc_num_head=[1, 2, 4]", "model.pe=pointrope"],
+             ["train", "--config", str(PTV3_DEMO), "--test-area", "1", "model.ptv3.stride=[2, 3]"]]
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(lines), str(ROOT / "configs" / "demo.yaml"),
                            json.dumps(HEAVY)], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == [[2, 2, 2], "geope", []]
+    assert json.loads(done.stdout) == [[2, 2, 2, 2, 2], "geope", []]
     said = done.stderr.splitlines()
-    assert len(said) == 3, done.stderr
+    assert len(said) == 5, done.stderr
     assert said[0].startswith(f"pointgeope train: error: {bad}:2: model.pe: expected one of ")
     assert said[0].endswith("got 'geopee'; did you mean 'geope'?")
     assert said[1].startswith(f"pointgeope train: error: expected a config file, found nothing at {tmp_path}")
     assert said[2] == said[0].replace("pointgeope train", "pointgeope ablate")
+    told = f"pointgeope train: error: {PTV3_DEMO} with the overrides: model.ptv3."
+    assert said[3] == told + "enc_channels[0] / enc_num_head[0] with model.pe=pointrope: expected head_dim >= 6 for " \
+                             "pointrope, got 2"
+    assert said[4] == told + "stride[1]: expected a power of two (1, 2, 4, 8, ...), got 3 (its pooling merges " \
+                             "stride^3 voxels into one)"
 
 
 def test_the_model_package_gives_its_names_from_their_modules():

@@ -249,11 +249,10 @@ def presets_problem(m: ModelConfig, presets: list[str]) -> str | None:
 def ptv3_problem(m: ModelConfig) -> str | None:
     """PTv3's lists of one entry per stage (``enc_*``) or per stage but the last (``stride``, ``dec_*``),
     at least one order and one stage (one stage has no pooling and no decoder: the head reads the stage's
-    ``enc_channels[0]``, as Pointcept's), strides powers of two (``ptv3.pooling.stride_problem``), widths
-    divisible by their heads, heads wide enough for ``model.pe``; ``None`` when all agree."""
-    from pointgeope.model.ptv3.pooling import stride_problem
-    from pointgeope.model.ptv3.serialization import ORDERS
-    from pointgeope.model.qk_encodings import qk_encoding
+    ``enc_channels[0]``, as Pointcept's), strides powers of two, widths divisible by their heads, heads wide
+    enough for ``model.pe`` (the rules of ``model.ptv3_rules``, which imports no torch); ``None`` when all agree."""
+    from pointgeope.model.presets import ORDERS
+    from pointgeope.model.ptv3_rules import head_width_problem, stride_problem
 
     p, stages = m.ptv3, len(m.ptv3.enc_depths)
     if not p.order:
@@ -277,8 +276,7 @@ def ptv3_problem(m: ModelConfig) -> str | None:
             if width % heads:
                 return (f"model.ptv3.{side}_channels[{i}]: expected a multiple of model.ptv3.{side}_num_head[{i}] "
                         f"({heads}), got {width}")
-            try:
-                qk_encoding(m.pe, width // heads)
-            except ValueError as err:
-                return f"model.ptv3.{side}_channels[{i}] / {side}_num_head[{i}] with model.pe={m.pe}: {err}"
+            problem = head_width_problem(m.pe, width // heads)
+            if problem:
+                return f"model.ptv3.{side}_channels[{i}] / {side}_num_head[{i}] with model.pe={m.pe}: {problem}"
     return None

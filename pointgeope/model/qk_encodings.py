@@ -38,6 +38,7 @@ from pointgeope.geope_checks import check_counted, check_phase_scales, check_sca
 from pointgeope.model.coord_augment import UTONIA_AUGMENT, CoordAugment
 from pointgeope.model.ops.checks import check_flag
 from pointgeope.model.presets import GEOPE_FREQUENCY_ENCODINGS, POINT3DROPE_SCALE, QK_ENCODINGS, QKName
+from pointgeope.model.ptv3_rules import head_width_problem
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table
@@ -74,7 +75,6 @@ class QKEncoding(nn.Module):
 
     name: str = "none"
     uses_grid = False
-    min_head_dim = 1
 
     def __init__(self, head_dim: int, augment: CoordAugment | None = None, check_finite: bool = True):
         super().__init__()
@@ -115,12 +115,13 @@ class QKEncoding(nn.Module):
 
 
 def _width(encoding: QKEncoding, head_dim) -> int:
-    """``head_dim`` as an int ``>= encoding.min_head_dim`` (``TypeError`` for a float or a bool: a width of 16.0
-    failed inside ``range``, or was taken by GeoPE's blocks)."""
+    """``head_dim`` as an int wide enough for the encoding (``ptv3_rules.head_width_problem``; ``TypeError`` for a
+    float or a bool: a width of 16.0 failed inside ``range``, or was taken by GeoPE's blocks)."""
     if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral):
         raise TypeError(f"expected head_dim an int for {encoding.name}, got {head_dim!r} ({type(head_dim).__name__})")
-    if head_dim < encoding.min_head_dim:
-        raise ValueError(f"expected head_dim >= {encoding.min_head_dim} for {encoding.name}, got {head_dim}")
+    problem = head_width_problem(encoding.name, head_dim)
+    if problem:
+        raise ValueError(problem)
     return int(head_dim)
 
 
@@ -159,7 +160,7 @@ class GeoPEQK(QKEncoding):
     Args: as ``QKEncoding``, and ``base``, ``pos_scale``, ``learnable`` (the frequencies) as ``pointgeope.geope.GeoPE``.
     """
 
-    name, min_head_dim = "geope", 3
+    name = "geope"
 
     def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE, learnable: bool = False,
                  augment: CoordAugment | None = None, check_finite: bool = True):
@@ -202,8 +203,6 @@ class LinGeoPEQK(GeoPEQK):
 class _HalfRotary(QKEncoding):
     """Rotary encodings of channel pairs ``(first[p], second[p])`` (``qk_kernels.turn_halves``), turned by
     ``angles(pos) (B, L, P)``; the layout's index and swap tensors are buffers outside the ``state_dict``."""
-
-    min_head_dim = 6
 
     def __init__(self, head_dim: int, first: list[int], second: list[int], augment: CoordAugment | None,
                  check_finite: bool):

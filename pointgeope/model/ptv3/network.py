@@ -27,9 +27,10 @@ from torch import Tensor, nn
 from pointgeope.model.ptv3.attention import PatchEncoding
 from pointgeope.model.ptv3.block import Block
 from pointgeope.model.ptv3.embedding import Embedding
-from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling, shuffles_now, stride_problem
+from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling, shuffles_now
 from pointgeope.model.ptv3.serialization import ORDERS
 from pointgeope.model.ptv3.structure import PointBatch
+from pointgeope.model.ptv3_rules import stride_problem
 
 __all__ = ["PointTransformerV3"]
 

@@ -29,39 +29,14 @@ batch of two clouds or more never pools to one.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from pointgeope.model.ptv3.structure import PointBatch
+from pointgeope.model.ptv3_rules import stride_problem
 from pointgeope.model.small_batch import SmallBatchError  # both backbones' error; in __all__, where it was first
-
-
-def _whole(value: object) -> int | None:
-    """``value`` as an ``int`` when it is a whole number (an ``int``, a numpy integer, a finite real of integer
-    value such as ``2.0``: what Pointcept's assertion ``stride == 2 ** (ceil(stride) - 1).bit_length()``
-    accepts), else None (a bool, a string, ``2.5``, ``inf``, ``nan``)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        return int(value)
-    return None
-
-
-def stride_problem(stride: int) -> str | None:
-    """What is wrong with a pooling ``stride``, or None: it must be ``2^d``, ``d >= 0`` (a voxel of the
-    coarser grid ``grid >> d`` is the points whose codes agree but for their last ``3 d`` bits; ``d = 0``, stride
-    1, keeps the grid and merges only the points that share a voxel, as Pointcept's assertion allows), given as
-    any whole number (``4``, ``numpy.int64(4)``, ``4.0``; not a bool). The one owner of the rule:
-    ``SerializedPooling`` and the config's check (``model.ptv3.stride``) ask it."""
-    whole = _whole(stride)
-    if whole is None or whole < 1 or whole & (whole - 1):
-        return f"expected a power of two (1, 2, 4, 8, ...), got {stride!r}"
-    return None
 
 __all__ = ["CoarsePoolingError", "SerializedPooling", "SerializedUnpooling", "SmallBatchError", "segment_reduce",
            "shuffles_now"]
@@ -107,7 +82,7 @@ class SerializedPooling(nn.Module):
         if reduce not in _REDUCE:
             raise ValueError(f"expected reduce in {tuple(_REDUCE)}, got {reduce!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.stride, self.reduce = int(stride), reduce   # a whole number (stride_problem): 4.0 -> 4
+        self.stride, self.reduce = int(stride), reduce   # a whole number (ptv3_rules.stride_problem): 4.0 -> 4
         self.shuffle_orders, self.shuffle_in_eval, self.traceable = shuffle_orders, shuffle_in_eval, traceable
         self.proj = nn.Linear(in_channels, out_channels)
         self.norm = nn.Sequential(norm_layer(out_channels)) if norm_layer is not None else None

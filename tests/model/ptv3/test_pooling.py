@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.model.ptv3.pooling import CoarsePoolingError, SerializedPooling, segment_reduce, stride_problem
+from pointgeope.model.ptv3.pooling import CoarsePoolingError, SerializedPooling, segment_reduce
 from pointgeope.model.ptv3.structure import PointBatch
+from pointgeope.model.ptv3_rules import stride_problem
 from tests.model.ptv3.test_patches import make_point
 
 ORDERS = 4
