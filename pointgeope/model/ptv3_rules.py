@@ -1,7 +1,8 @@
 """PTv3's settings rules that hold without torch: a pooling stride is a power of two, and a head is wide enough
 for its q/k encoding. Their one owner: the layers (``ptv3.pooling.SerializedPooling``,
 ``qk_encodings.QKEncoding``) and the config's check (``engine.config_values.ptv3_problem``, which runs before
-torch is imported: a mistake in a PTv3 config is told in ~0.2 s of CPU, not after the ~7 s of torch) ask them.
+torch is imported: a mistake in a PTv3 config is told without torch's start, as ``bench/bench_command_start.py``
+times for other config mistakes) ask them.
 
 Minimum head widths ``D`` (:data:`MIN_HEAD_DIM`): GeoPE and LinGeoPE turn 3-vector blocks (``D >= 3``; channels past
 the last whole block stay unturned), the rotary encodings turn pairs on each of the three axes (``D >= 6``);
