@@ -34,6 +34,22 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def figures_of_their_data():
+    """Each figure as bytes of what it shows (its runs' names and pooled confusion), not drawn: these tests are of
+    the writing (the lock, the order, which files stand), to which a figure is bytes; matplotlib was most of their
+    time. tests/test_report.py draws and checks the figures. The slow report's process draws its own."""
+    from pointgeope.report import plots
+
+    def shown(runs) -> bytes:
+        return b"\x89PNG " + repr([(run.name, run.confusion.tolist()) for run in runs]).encode()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "iou_bar_chart", shown)
+        patch.setattr(plots, "confusion_heatmap", lambda run: shown([run]))
+        yield
+
+
 def _contents(out: Path) -> dict[str, bytes]:
     return {name: (out / name).read_bytes() for name in FILES}
 
