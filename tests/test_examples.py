@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
-import subprocess
+import runpy
 import sys
 
 import pytest
@@ -116,7 +115,6 @@ def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.slow                               # a Python with torch and PyG started for each case
 @pytest.mark.parametrize("name,args,error", [
     ("classification", ["--layers", "pyg", "geope3"],
      "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
@@ -125,15 +123,20 @@ def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of
     ("", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
     ("", ["--steps", "x"], "argument --steps: invalid int value: 'x'"),          # not "invalid positive value"
     ("segmentation", ["--steps", "x"], "argument --steps: invalid int value: 'x'")])
-def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, args, error):
+def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, args, error, monkeypatch, capsys):
     """The three PyG examples: a misspelt layer, no steps or too few points for the shapes were a traceback after the
     data were made (`ValueError: unknown positional encoding`, `IndexError`, torch's `cannot sample n_sample <= 0
-    samples`)."""
+    samples`). The script runs as `python script ...` runs it (`__main__`, its `sys.argv`), in this process: a
+    Python of its own would spend seconds importing torch and PyG to show what argparse's `SystemExit(2)` is, exit
+    code 2 (test_extras.py runs `pyg_point_transformer.py` in a Python of its own)."""
     script = REPO / "examples" / f"pyg_point_transformer{'_' * bool(name)}{name}.py"
-    done = subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.returncode == 2 and done.stdout == "", done.stderr
-    assert done.stderr.splitlines()[-1].startswith(f"{script.name}: error: {error}")
+    monkeypatch.setattr(sys, "argv", [str(script), *args])
+    monkeypatch.setattr(sys, "path", list(sys.path))                # the script puts examples/ first
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(script), run_name="__main__")
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == "", err                  # nothing printed: no data made, no step
+    assert err.splitlines()[-1].startswith(f"{script.name}: error: {error}")
 
 
 @pytest.mark.parametrize("layer", ["rope-mixed", "none", "geope"])

@@ -22,7 +22,6 @@ SLOW_REPORT = """
 import sys, time
 from pathlib import Path
 
-import pytest
 from pointgeope.cli import main
 from pointgeope.report import plots
 
@@ -33,6 +32,22 @@ def waiting(fig, *path):
 plots._png = plots._save = waiting  # (_save: the writer of each figure before they were made first)
 sys.exit(main(sys.argv[2:]))
 """
+
+
+@pytest.fixture(scope="module", autouse=True)
+def figures_of_their_data():
+    """Each figure as bytes of what it shows (its runs' names and pooled confusion), not drawn: these tests are of
+    the writing (the lock, the order, which files stand), to which a figure is bytes; matplotlib was most of their
+    time. tests/test_report.py draws and checks the figures. The slow report's process draws its own."""
+    from pointgeope.report import plots
+
+    def shown(runs) -> bytes:
+        return b"\x89PNG " + repr([(run.name, run.confusion.tolist()) for run in runs]).encode()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "iou_bar_chart", shown)
+        patch.setattr(plots, "confusion_heatmap", lambda run: shown([run]))
+        yield
 
 
 def _contents(out: Path) -> dict[str, bytes]:
@@ -46,19 +61,27 @@ def _wait_for(flag: Path, proc: subprocess.Popen) -> None:
     assert flag.exists(), f"the first report never made a figure (exit code {proc.poll()})"
 
 
-def test_a_second_report_into_the_same_out_is_refused_and_a_stopped_one_leaves_the_previous(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def two_reports(tmp_path_factory) -> tuple[Path, Path, dict[str, bytes], dict[str, bytes]]:
+    """Two runs' reports, made once for the tests that stop a report: the geope run, the rpe run's report folder (the
+    previous report, which each test copies), its files and those of the geope run's report written whole elsewhere."""
+    root = tmp_path_factory.mktemp("two_reports")
+    rpe, geope = make_runs(root)
+    out, ref = root / "out", root / "ref"
+    assert cli(["report", str(rpe), "--out", str(out), "--names", "run"]) == 0
+    assert cli(["report", str(geope), "--out", str(ref), "--names", "run"]) == 0
+    return geope, out, _contents(out), _contents(ref)
+
+
+def test_a_second_report_into_the_same_out_is_refused_and_a_stopped_one_leaves_the_previous(tmp_path, two_reports):
     """Before: two reports into one --out both succeeded (exit 0) and could leave report.md of one beside the
     figures of the other; a report stopped after its tables left new tables beside the old figures. Now the
     second is refused in one line naming the first (pid, command, lock), exit 2, as every writing command
     is; the stopped one leaves the previous report byte for byte, and the same command then writes its own."""
-    rpe, geope = make_runs(tmp_path)
+    geope, previous, before, expected = two_reports
     out = tmp_path / "out"
-    assert cli(["report", str(rpe), "--out", str(out), "--names", "run"]) == 0
-    before = _contents(out)
-    assert cli(["report", str(geope), "--out", str(tmp_path / "ref"), "--names", "run"]) == 0
-    expected = _contents(tmp_path / "ref")
-    assert expected != before
-    capsys.readouterr()
+    shutil.copytree(previous, out)                                     # the previous report, a copy of its own
+    assert _contents(out) == before and expected != before
 
     command = ["report", str(geope), "--out", str(out), "--names", "run"]
     flag = tmp_path / "flag"
@@ -136,18 +159,6 @@ def test_a_report_keeps_confusion_figures_that_no_earlier_report_wrote(tmp_path,
 
 class _Killed(BaseException):
     """A ``kill -9`` between two writes: nothing runs after it (no handler, no cleanup of ``--out``)."""
-
-
-@pytest.fixture(scope="module")
-def two_reports(tmp_path_factory) -> tuple[Path, Path, dict[str, bytes], dict[str, bytes]]:
-    """Two runs' reports, made once for every ``written``: the geope run, the rpe run's report folder (the previous
-    report), its files and those of the geope run's report written whole elsewhere."""
-    root = tmp_path_factory.mktemp("two_reports")
-    rpe, geope = make_runs(root)
-    out, ref = root / "out", root / "ref"
-    assert cli(["report", str(rpe), "--out", str(out), "--names", "run"]) == 0
-    assert cli(["report", str(geope), "--out", str(ref), "--names", "run"]) == 0
-    return geope, out, _contents(out), _contents(ref)
 
 
 @pytest.mark.parametrize("written", range(6))  # report.md, report.csv, iou_per_class.png, confusion_run.png, record

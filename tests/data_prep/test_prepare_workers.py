@@ -54,6 +54,19 @@ def test_a_dead_worker_ends_the_run_with_a_message_not_a_hang(tmp_path):
     assert not [p for p in out.rglob("*") if ".tmp" in p.name]  # nor a temporary file of a stopped worker
 
 
+@pytest.fixture(scope="module")
+def five(tmp_path_factory) -> tuple[Path, Path]:
+    """(raw, clean): :func:`~tests.data_prep.raw_trees.five_rooms` and its run never stopped, which a stopped run
+    resumes to; read only by the tests, made once. It is made before any test's process: it leaves numba's compiled
+    functions in its cache, so that a stopped process compiles none. A stop delivered again while numba compiled
+    could land in llvmlite's finalizers, which it leaves half-closed: they printed their own errors at the exit
+    ("Exception ignored ... AttributeError", a fresh clone under load), unrelated to the stop this file tests."""
+    root = tmp_path_factory.mktemp("five_rooms")
+    raw = five_rooms(root / "raw")
+    prepare(PrepareConfig(raw, root / "clean", progress=False))
+    return raw, root / "clean"
+
+
 SLOW_WORKERS = """
 import sys, time
 import data_prep.room
@@ -73,10 +86,10 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_path, sig, capsys):
+def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_path, sig, capsys, five):
     """The workers of a killed `prepare --jobs 2` lived on, holding OUT's lock: the rerun was refused in the
     name of the dead main process. Now they die with it, and the rerun goes on."""
-    raw = five_rooms(tmp_path / "raw")
+    raw, clean = five
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-c", SLOW_WORKERS, str(raw), str(out)], stderr=subprocess.PIPE,
                             text=True)
@@ -102,8 +115,7 @@ def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_pa
         assert not (out / ".lock").exists()
     assert cli(["prepare", str(raw), str(out), "--jobs", "2"]) == 0
     assert ("taking over the lock" in capsys.readouterr().err) == (sig == signal.SIGKILL)
-    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
-    assert output_bytes(out) == output_bytes(tmp_path / "clean")
+    assert output_bytes(out) == output_bytes(clean)
 
 
 STOP_WHILE_FORKING = """
@@ -124,43 +136,33 @@ sys.exit(code)
 """
 
 
-def _stopped_then_resumed(proc, code: int, word: str, raw, out, tmp_path, *rerun: str) -> None:
-    """``proc`` (prepare of ``raw`` into ``out``) ended as a stop ends a command: its exit ``code``, its one
-    line with ``word`` last, no dropped exception, the lock released and no temporary file; the same command
-    (with ``rerun``'s options) then resumes to the bytes of a run that was never stopped (:func:`_clean_run`'s,
-    made before ``proc``)."""
+def _stopped_then_resumed(proc, code: int, word: str, five, out, *rerun: str) -> None:
+    """``proc`` (prepare of ``five``'s raw tree into ``out``) ended as a stop ends a command: its exit ``code``,
+    its one line with ``word`` last, no dropped exception, the lock released and no temporary file; the same
+    command (with ``rerun``'s options) then resumes to the bytes of ``five``'s run that was never stopped."""
+    raw, clean = five
     assert proc.returncode == code, proc.stderr
     assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
     assert not (out / ".lock").exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
     assert cli(["prepare", str(raw), str(out), *rerun]) == 0
-    assert output_bytes(out) == output_bytes(tmp_path / "clean")
-
-
-def _clean_run(raw, tmp_path) -> None:
-    """The run never stopped that a stopped one resumes to, made first: it also leaves numba's compiled functions
-    in its cache, so that the stopped process compiles none. A stop delivered again while numba compiled could land
-    in llvmlite's finalizers, which it leaves half-closed: they printed their own errors at the exit ("Exception
-    ignored ... AttributeError", a fresh clone under load), unrelated to the stop this file tests."""
-    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    assert output_bytes(out) == output_bytes(clean)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
 @pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
-def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, sig, code, word, capsys):
+def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, five, sig, code, word, capsys):
     """A SIGTERM or Ctrl-C that came while the pool forked its workers was raised inside a fork callback,
     where Python prints "Exception ignored" and drops it: prepare went on and exited 0. Now it is delivered
     again and stops the run as any stop does: the workers stopped, nothing half-written, the lock released,
     and the rerun resumes to the same files as a run that was never stopped."""
-    raw = five_rooms(tmp_path / "raw")
-    out = tmp_path / "out"
-    _clean_run(raw, tmp_path)
+    raw, out = five[0], tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", STOP_WHILE_FORKING, str(raw), str(out), sig],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.stdout.split()[-2:] in (["forks", "1"], ["forks", "2"])  # main returned (the stop came in
     # the first fork's callbacks; delivered again 10 ms later, it may come before or after the second fork)
     assert not list(out.glob("Area_*.h5"))  # stopped before any area was written
-    _stopped_then_resumed(proc, code, word, raw, out, tmp_path, "--jobs", "2")
+    _stopped_then_resumed(proc, code, word, five, out, "--jobs", "2")
 
 
 STOP_IN_A_CALLBACK = IMPORT_LINE + """
@@ -184,16 +186,14 @@ sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "1"]))
 
 
 @pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
-def test_a_stop_dropped_in_a_callback_still_ends_the_run(tmp_path, sig, code, word):
+def test_a_stop_dropped_in_a_callback_still_ends_the_run(tmp_path, five, sig, code, word):
     """A stop whose handler ran inside a weakref callback was dropped ("Exception ignored") and prepare
     finished every area with exit code 0; it is delivered again and ends the run as any stop does."""
-    raw = five_rooms(tmp_path / "raw")
-    out = tmp_path / "out"
-    _clean_run(raw, tmp_path)
+    raw, out = five[0], tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", STOP_IN_A_CALLBACK, str(raw), str(out), sig],
                           capture_output=True, text=True, timeout=60, check=False)
     assert not (out / "Area_2.h5").exists()  # the last area: the run stopped before it
-    _stopped_then_resumed(proc, code, word, raw, out, tmp_path)
+    _stopped_then_resumed(proc, code, word, five, out)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
@@ -307,16 +307,19 @@ sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "1"]))
 """
 
 
-@pytest.mark.parametrize("name, nth", [("truncate", 3), ("flush", 3), ("write", 40)])
-@pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
-def test_a_stop_inside_an_hdf5_callback_ends_the_run(tmp_path, name, nth, sig, code, word):
+@pytest.mark.parametrize("name, nth, sig, code, word", [("truncate", 3, "SIGTERM", 143, "terminated"),
+                                                       ("flush", 3, "SIGINT", 130, "interrupted"),
+                                                       ("write", 40, "SIGTERM", 143, "terminated"),
+                                                       ("write", 40, "SIGINT", 130, "interrupted")])
+def test_a_stop_inside_an_hdf5_callback_ends_the_run(tmp_path, five, name, nth, sig, code, word):
     """A stop that landed in h5py's file-object callbacks as a work file closed ended prepare with
     "AttributeError: '_io.FileIO' object has no attribute 'flush'" and exit code 1 (once in CI, in the test
-    above); one during a write was dropped, the room kept with an array of zeros. Now it ends the run as any stop."""
-    raw = five_rooms(tmp_path / "raw")
-    out = tmp_path / "out"
-    _clean_run(raw, tmp_path)
+    above); one during a write was dropped, the room kept with an array of zeros. Now it ends the run as any stop.
+    Each callback once, and the write (the dropped one) with both stops: in a callback both are the same exception
+    (``Terminated`` is a ``KeyboardInterrupt``), which ``h5_file._KeepFirstError`` keeps whatever it is; each stop's
+    exit code and word are the other tests' too."""
+    raw, out = five[0], tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", STOP_IN_AN_HDF5_CALLBACK, str(raw), str(out), sig, name, str(nth)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert not (out / "Area_2.h5").exists()  # the last area: the run stopped before it
-    _stopped_then_resumed(proc, code, word, raw, out, tmp_path)
+    _stopped_then_resumed(proc, code, word, five, out)

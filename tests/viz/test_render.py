@@ -114,13 +114,19 @@ def test_synthetic_room_at_45_degrees_is_whole_and_rgb(display, synthetic_area, 
 
 def test_every_screenshot_suffix_offered_writes_the_whole_image(display, synthetic_area, tmp_path):
     """Each suffix of IMAGE_SUFFIXES holds the image at its size; the lossless ones hold its exact pixels
-    (the .ico accepted before shrank 320x240 to 128x96)."""
-    from pointgeope.viz.render import IMAGE_SUFFIXES
+    (the .ico accepted before shrank 320x240 to 128x96). ``viz --screenshot`` renders one image whatever the
+    suffix, checks the suffix (``check_image_path``) and writes it (``save_image``): the PNG is rendered by the
+    command, the other suffixes are its image through those two."""
+    from pointgeope.viz.render import IMAGE_SUFFIXES, check_image_path, save_image
 
     area, _ = synthetic_area
     png = _shot(tmp_path, area, "grid_1", width=320, height=240)
     for suffix in IMAGE_SUFFIXES[1:]:
-        image = _shot(tmp_path, area, "grid_1", width=320, height=240, name=f"shot{suffix}")  # checks the size
+        path = tmp_path / f"shot{suffix}"
+        check_image_path(path)
+        save_image(png, path)
+        image = np.asarray(Image.open(path).convert("RGB"))
+        assert image.shape == png.shape, suffix
         if suffix in (".bmp", ".tif", ".tiff"):
             assert (image == png).all(), suffix
         else:  # JPEG: lossy, close on average
