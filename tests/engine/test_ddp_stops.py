@@ -1,13 +1,16 @@
 """A DDP run (2 train.py processes, gloo, CPU) where one rank is stopped: the stopped rank first ends the
 training step it is in, then stops (one line, 143); its peer says in one line that a process of the run
-ended and that the same command resumes it (exit 2), instead of gloo's traceback. Nothing is lost."""
+ended and that the same command resumes it (exit 2), instead of gloo's traceback. Nothing is lost.
+
+Each rank is its own process running train.py: forked, as ``_ranks``' launcher does, from one fresh interpreter
+that imported what train.py imports and ran nothing else (no torch op, no thread started), so the two ranks pay
+the ~7 CPU s of imports once; each then exits as a process exits, with its own code."""
 from __future__ import annotations
 
+import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -43,34 +46,67 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
-def _rank(rank: int, port: int, root, run, marker, stop_at: int) -> subprocess.Popen:
-    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-c", RANK, "--config", str(DEMO_CONFIG), "--test-area", "1",
-                             "--data-root", str(root), "--run-dir", str(run), *TINY, "data.loop=1",
-                             "train.epochs=2", "train.threads=1", str(stop_at), str(marker)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+# Forks rank 0 and rank 1 (RANK, LOCAL_RANK; stderr into its own file) after the imports; each runs the rank code
+# (it ends in train.py's exit) with its own argv. Waits for both; past the deadline a rank still running is sent
+# SIGABRT (PYTHONFAULTHANDLER prints its threads' stacks). Prints each rank's exit code and whether it hung.
+LAUNCH = """
+import json, os, signal, sys, time
+import pointgeope.commands.train, pointgeope.engine.state, pointgeope.engine.train
+spec = json.loads(sys.argv[1])
+pids = []
+for rank, (argv, err) in enumerate(zip(spec["argv"], spec["stderr"])):
+    pid = os.fork()
+    if pid == 0:
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
+        fd = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.argv = ["train.py", *argv]
+        exec(compile(spec["code"], "<rank>", "exec"), {"__name__": "__rank__"})
+        raise SystemExit("the rank's code returned without train.py's exit")
+    pids.append(pid)
+status, deadline = {}, time.monotonic() + spec["seconds"]
+while len(status) < len(pids) and time.monotonic() < deadline:
+    for pid in pids:
+        got, code = os.waitpid(pid, os.WNOHANG) if pid not in status else (0, 0)
+        if got:
+            status[pid] = code
+    time.sleep(0.1)
+hung = [pid not in status for pid in pids]
+for pid in pids:
+    if pid not in status:
+        os.kill(pid, signal.SIGABRT)
+        status[pid] = os.waitpid(pid, 0)[1]
+print(json.dumps({"codes": [os.waitstatus_to_exitcode(status[pid]) for pid in pids], "hung": hung}))
+"""
+
+
+def _ranks(code: str, argvs: list[list[str]], folder, seconds: float) -> tuple[list[int], list[str], list[bool]]:
+    """Two DDP ranks of train.py (gloo, one thread each) forked by ``LAUNCH``, rank r running ``code`` with
+    ``argvs[r]``: their exit codes, stderr and whether each still ran after ``seconds``."""
+    errs = [folder / f"rank{r}.err" for r in range(2)]
+    spec = {"code": code, "argv": argvs, "stderr": [str(e) for e in errs], "seconds": seconds}
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")     # a rank that hangs prints its threads' stacks
+    done = subprocess.run([sys.executable, "-c", LAUNCH, json.dumps(spec)], cwd=REPO, env=env, text=True,
+                          capture_output=True, timeout=seconds + 120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    return said["codes"], [e.read_text() for e in errs], said["hung"]
 
 
 @pytest.mark.slow
 def test_a_stopped_rank_ends_its_step_and_its_peer_says_it_in_one_line(two_folds, tmp_path):
-    run, port = tmp_path / "run", free_port()
-    ranks = [_rank(0, port, two_folds, run, tmp_path / "never", 0),
-             _rank(1, port, two_folds, run, tmp_path / "stopped", 3)]
-    try:
-        deadline = time.monotonic() + 120
-        while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert all(p.poll() is not None for p in ranks), "a rank still runs: hung"
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-        errs = [p.communicate()[1] for p in ranks]
-    assert ranks[1].returncode == 143, errs[1][-2000:]
+    run = tmp_path / "run"
+    argv = ["--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds), "--run-dir", str(run),
+            *TINY, "data.loop=1", "train.epochs=2", "train.threads=1"]
+    codes, errs, hung = _ranks(RANK, [[*argv, "0", str(tmp_path / "never")], [*argv, "3", str(tmp_path / "stopped")]],
+                               tmp_path, 120)
+    assert not any(hung), f"a rank still runs: hung {hung}; {[err[-3000:] for err in errs]}"
+    assert codes[1] == 143, errs[1][-2000:]
     last_line_only(errs[1], "train.py: terminated")
     assert (tmp_path / "stopped").read_text() == "the step ended"  # the stop waited for the step's end
-    assert ranks[0].returncode == 2, errs[0][-3000:]
+    assert codes[0] == 2, errs[0][-3000:]
     line = errs[0].splitlines()[-1]
     assert line.startswith("train.py: error: rank 0 of 2: another process of this run ended (")
     assert line.endswith("), so this one stops too; the same command resumes the run from the last checkpoint")
@@ -141,29 +177,14 @@ def test_a_stop_only_rank_0_sees_ends_every_rank_with_its_line(two_folds, tmp_pa
     """Rank 0 alone checks the fold folder and the model state it saves; its peer ended on the peer's line
     ("another process of this run ended ... the same command resumes the run"), not the reason, or waited in
     the next collective. Now every rank ends with rank 0's line and exit code, and none hangs."""
-    run, port = tmp_path / "run", free_port()
+    run = tmp_path / "run"
     fold = run / "area_1"
-    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-               PYTHONFAULTHANDLER="1")      # a rank that hangs prints its threads' stacks on SIGABRT
-    ranks = [subprocess.Popen([sys.executable, "-c", REFUSED, "--config", str(DEMO_CONFIG), "--test-area", "1",
-                               "--data-root", str(two_folds), "--run-dir", str(run), *TINY, "data.loop=1",
-                               "train.epochs=1", "train.val_every=0", "train.threads=1", str(fold), what],
-                              cwd=REPO, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-    hung = [True, True]
-    try:
-        deadline = time.monotonic() + 180
-        while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        hung = [p.poll() is None for p in ranks]
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.send_signal(signal.SIGABRT)
-        errs = [p.communicate()[1] for p in ranks]
+    argv = ["--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds), "--run-dir", str(run),
+            *TINY, "data.loop=1", "train.epochs=1", "train.val_every=0", "train.threads=1", str(fold), what]
+    codes, errs, hung = _ranks(REFUSED, [argv, argv], tmp_path, 180)
     assert not any(hung), f"a rank still runs: hung {hung}; {[err[-3000:] for err in errs]}"
     lines = [err.splitlines()[-1] if err.strip() else "" for err in errs]
-    assert [p.returncode for p in ranks] == [code, code], errs
+    assert codes == [code, code], errs
     assert lines[0] == lines[1], lines
     if what == "deleted":
         assert lines[0].endswith(said.format(fold=fold)), lines[0]
