@@ -2,22 +2,17 @@
 training step it is in, then stops (one line, 143); its peer says in one line that a process of the run
 ended and that the same command resumes it (exit 2), instead of gloo's traceback. Nothing is lost.
 
-Each rank is its own process running train.py: forked, as ``_ranks``' launcher does, from one fresh interpreter
-that imported what train.py imports and ran nothing else (no torch op, no thread started), so the two ranks pay
+Each rank is its own process running train.py: forked from one fresh interpreter that imported what train.py
+imports and ran nothing else (no torch op, no thread started; conftest's ``ForkedTrainPy``), so the two ranks pay
 the ~7 CPU s of imports once; each then exits as a process exits, with its own code."""
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.distributed import DistEnv, PeerEnded, peer_end_said
-from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, free_port, last_line_only
+from tests.engine.conftest import DEMO_CONFIG, TINY, ForkedTrainPy, free_port, last_line_only
 
 # Rank 1 sends itself SIGTERM from inside the backward of a step (the 1st of epoch 2: 2 a rank per epoch),
 # from a hook on a gradient, where Python runs the handler; the step, once done, writes the marker.
@@ -46,53 +41,12 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
-# Forks rank 0 and rank 1 (RANK, LOCAL_RANK; stderr into its own file) after the imports; each runs the rank code
-# (it ends in train.py's exit) with its own argv. Waits for both; past the deadline a rank still running is sent
-# SIGABRT (PYTHONFAULTHANDLER prints its threads' stacks). Prints each rank's exit code and whether it hung.
-LAUNCH = """
-import json, os, signal, sys, time
-import pointgeope.commands.train, pointgeope.engine.state, pointgeope.engine.train
-spec = json.loads(sys.argv[1])
-pids = []
-for rank, (argv, err) in enumerate(zip(spec["argv"], spec["stderr"])):
-    pid = os.fork()
-    if pid == 0:
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
-        fd = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.argv = ["train.py", *argv]
-        exec(compile(spec["code"], "<rank>", "exec"), {"__name__": "__rank__"})
-        raise SystemExit("the rank's code returned without train.py's exit")
-    pids.append(pid)
-status, deadline = {}, time.monotonic() + spec["seconds"]
-while len(status) < len(pids) and time.monotonic() < deadline:
-    for pid in pids:
-        got, code = os.waitpid(pid, os.WNOHANG) if pid not in status else (0, 0)
-        if got:
-            status[pid] = code
-    time.sleep(0.1)
-hung = [pid not in status for pid in pids]
-for pid in pids:
-    if pid not in status:
-        os.kill(pid, signal.SIGABRT)
-        status[pid] = os.waitpid(pid, 0)[1]
-print(json.dumps({"codes": [os.waitstatus_to_exitcode(status[pid]) for pid in pids], "hung": hung}))
-"""
-
-
 def _ranks(code: str, argvs: list[list[str]], folder, seconds: float) -> tuple[list[int], list[str], list[bool]]:
-    """Two DDP ranks of train.py (gloo, one thread each) forked by ``LAUNCH``, rank r running ``code`` with
-    ``argvs[r]``: their exit codes, stderr and whether each still ran after ``seconds``."""
-    errs = [folder / f"rank{r}.err" for r in range(2)]
-    spec = {"code": code, "argv": argvs, "stderr": [str(e) for e in errs], "seconds": seconds}
-    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")     # a rank that hangs prints its threads' stacks
-    done = subprocess.run([sys.executable, "-c", LAUNCH, json.dumps(spec)], cwd=REPO, env=env, text=True,
-                          capture_output=True, timeout=seconds + 120, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = json.loads(done.stdout.strip().splitlines()[-1])
-    return said["codes"], [e.read_text() for e in errs], said["hung"]
+    """Two DDP ranks of train.py (gloo, one thread each) forked from one interpreter (``ForkedTrainPy``), rank r
+    running ``code`` with ``argvs[r]``: their exit codes, stderr and whether each still ran after ``seconds``."""
+    ranks = ForkedTrainPy(argvs, folder, code=code, ranks=True, seconds=seconds, WORLD_SIZE="2",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    return ranks.ended()
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import torch
 
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
-from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, last_line_only
+from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, ForkedTrainPy, last_line_only
 from tests.engine.test_train import train
 
 
@@ -162,47 +162,54 @@ def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(
     assert "warning" not in capsys.readouterr().err  # a finished fold
 
 
-def _stop_training(two_folds, run, sig: int):
-    """train.py on fold 1, sent ``sig`` once it has written a checkpoint (inside the loop, the lock held);
-    returns ``(exit code, stderr)``."""
-    proc = _train_py(two_folds, run, "train.epochs=1000", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+@pytest.fixture(scope="module")
+def signalled(two_folds, tmp_path_factory) -> dict:
+    """train.py on fold 1 twice at once, into RUN/SIGINT and RUN/SIGTERM (two processes forked from one
+    interpreter: conftest's ``ForkedTrainPy``), each sent its signal once it has written a checkpoint (inside the
+    loop, the lock held): ``{signal: (exit code, stderr, its fold folder)}``."""
+    base = tmp_path_factory.mktemp("signalled")
+    folds = {sig: base / sig.name / "area_1" for sig in (signal.SIGINT, signal.SIGTERM)}
+    children = ForkedTrainPy([["--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds),
+                               "--run-dir", str(fold.parent), *TINY, "train.epochs=1000"] for fold in folds.values()],
+                             base, seconds=300)
     try:
-        deadline = time.monotonic() + 120
-        while not (run / "area_1" / "last.pt").exists():  # inside the loop: the lock is held
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        waiting, deadline = dict(zip(folds, children.pids, strict=True)), time.monotonic() + 240
+        while waiting:
+            for sig in [sig for sig in waiting if (folds[sig] / "last.pt").exists()]:
+                os.kill(waiting.pop(sig), sig)
+            assert children.proc.poll() is None and time.monotonic() < deadline, f"no checkpoint in {waiting}"
             time.sleep(0.05)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err
+        codes, errs, hung = children.ended()
+    except BaseException:
+        children.kill()
+        raise
+    assert not any(hung), errs
+    return {sig: (code, err, fold) for sig, code, err, fold in zip(folds, codes, errs, folds.values(), strict=True)}
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_path):
+def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(signalled):
     """SIGINT to a training (Ctrl-C): one line, exit code 130, the fold's lock released; it printed a
     KeyboardInterrupt traceback."""
-    code, err = _stop_training(two_folds, tmp_path, signal.SIGINT)
+    code, err, fold = signalled[signal.SIGINT]
     assert code == 130
     last_line_only(err, "train.py: interrupted")
-    assert not (tmp_path / "area_1" / ".lock").exists()
+    assert not (fold / ".lock").exists()
     # the fold's record says why it ends there (it ended with the last epoch or step line, no reason)
-    assert (tmp_path / "area_1" / "log.txt").read_text().splitlines()[-1].endswith(" stopped: interrupted (Ctrl-C)")
+    assert (fold / "log.txt").read_text().splitlines()[-1].endswith(" stopped: interrupted (Ctrl-C)")
 
 
 @pytest.mark.slow
-def test_sigterm_stops_training_as_ctrl_c_does(two_folds, tmp_path):
+def test_sigterm_stops_training_as_ctrl_c_does(signalled):
     """SIGTERM (SLURM's time limit, preemption, scancel) killed a training at once: no line, the fold's
     .lock left, which a requeued task on another node is refused by. Now: one line, exit code 143, the lock
     released and no temporary file left."""
-    code, err = _stop_training(two_folds, tmp_path, signal.SIGTERM)
+    code, err, fold = signalled[signal.SIGTERM]
     assert code == 143
     last_line_only(err, "train.py: terminated")
-    assert (tmp_path / "area_1" / "log.txt").read_text().splitlines()[-1].endswith(" stopped: terminated (SIGTERM)")
-    assert sorted(p.name for p in (tmp_path / "area_1").iterdir() if p.name.startswith(".")) == []
-    assert load_checkpoint(tmp_path / "area_1" / "last.pt")["step"] >= 1
+    assert (fold / "log.txt").read_text().splitlines()[-1].endswith(" stopped: terminated (SIGTERM)")
+    assert sorted(p.name for p in fold.iterdir() if p.name.startswith(".")) == []
+    assert load_checkpoint(fold / "last.pt")["step"] >= 1
 
 
 def test_a_hand_edited_config_yaml_does_not_make_a_fold_complete(two_folds, tiny_run, tmp_path, capsys):
