@@ -12,7 +12,7 @@ import torch
 
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.distributed import DistEnv, PeerEnded, peer_end_said
-from tests.engine.conftest import DEMO_CONFIG, TINY, ForkedTrainPy, free_port, last_line_only
+from tests.engine.conftest import DEMO_CONFIG, TINY, ForkedTrainPy, ddp_ranks, last_line_only
 
 # Rank 1 sends itself SIGTERM from inside the backward of a step (the 1st of epoch 2: 2 a rank per epoch),
 # from a hook on a gradient, where Python runs the handler; the step, once done, writes the marker.
@@ -44,9 +44,7 @@ runpy.run_path("train.py", run_name="__main__")
 def _ranks(code: str, argvs: list[list[str]], folder, seconds: float) -> tuple[list[int], list[str], list[bool]]:
     """Two DDP ranks of train.py (gloo, one thread each) forked from one interpreter (``ForkedTrainPy``), rank r
     running ``code`` with ``argvs[r]``: their exit codes, stderr and whether each still ran after ``seconds``."""
-    ranks = ForkedTrainPy(argvs, folder, code=code, ranks=True, seconds=seconds, WORLD_SIZE="2",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    return ranks.ended()
+    return ForkedTrainPy(argvs, folder, code=code, envs=ddp_ranks(), seconds=seconds).ended()
 
 
 @pytest.mark.slow
@@ -119,6 +117,23 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
+@pytest.fixture(scope="module")
+def refused_runs(two_folds, tmp_path_factory) -> dict:
+    """The two runs of ``REFUSED`` ("deleted", "diverged"; a DDP pair each, on its own port), their four ranks
+    forked from one interpreter at once: ``{what: (exit codes, stderr, fold folder, hung)}``."""
+    base, argvs, envs, folds = tmp_path_factory.mktemp("refused_runs"), [], [], {}
+    for what in ("deleted", "diverged"):
+        folds[what] = fold = base / what / "area_1"
+        argv = ["--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds), "--run-dir",
+                str(fold.parent), *TINY, "data.loop=1", "train.epochs=1", "train.val_every=0", "train.threads=1",
+                str(fold), what]
+        argvs += [argv, argv]
+        envs += ddp_ranks()
+    codes, errs, hung = ForkedTrainPy(argvs, base, code=REFUSED, envs=envs, seconds=180).ended()
+    return {what: (codes[2 * i:2 * i + 2], errs[2 * i:2 * i + 2], folds[what], hung[2 * i:2 * i + 2])
+            for i, what in enumerate(folds)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("what, code, said", [
     ("deleted", 2, "{fold}: the fold folder, or its lock file .lock, was deleted while this training wrote into it "
@@ -127,15 +142,11 @@ runpy.run_path("train.py", run_name="__main__")
     ("diverged", 1, "{fold}/best.pt: not saved: the model's '{buffer}' holds 1 NaN or infinite value of {size} "
                     "after step 2 (the first such tensor; the run diverged); best.pt is left as it was; a lower "
                     "optim.lr (or optim.grad_clip) trains it again (--force, or another --run-dir)")])
-def test_a_stop_only_rank_0_sees_ends_every_rank_with_its_line(two_folds, tmp_path, what, code, said):
+def test_a_stop_only_rank_0_sees_ends_every_rank_with_its_line(refused_runs, what, code, said):
     """Rank 0 alone checks the fold folder and the model state it saves; its peer ended on the peer's line
     ("another process of this run ended ... the same command resumes the run"), not the reason, or waited in
     the next collective. Now every rank ends with rank 0's line and exit code, and none hangs."""
-    run = tmp_path / "run"
-    fold = run / "area_1"
-    argv = ["--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds), "--run-dir", str(run),
-            *TINY, "data.loop=1", "train.epochs=1", "train.val_every=0", "train.threads=1", str(fold), what]
-    codes, errs, hung = _ranks(REFUSED, [argv, argv], tmp_path, 180)
+    codes, errs, fold, hung = refused_runs[what]
     assert not any(hung), f"a rank still runs: hung {hung}; {[err[-3000:] for err in errs]}"
     lines = [err.splitlines()[-1] if err.strip() else "" for err in errs]
     assert codes == [code, code], errs
