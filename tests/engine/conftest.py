@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -172,3 +173,87 @@ def code_at(monkeypatch):
 
     return pin
 
+
+
+# --- train.py processes forked from one fresh interpreter: test_ddp_stops.py, test_run_folder.py -----------
+# It imports what train.py imports, runs nothing else (no torch op, no thread), prints its children's pids, then
+# forks one child a spec["argv"] entry: its stdout and stderr into its own files, spec["env"]'s entry added to its
+# environment (a DDP rank's RANK, LOCAL_RANK, MASTER_PORT); each runs spec["code"] (train.py's own run unless a
+# test's code patches it first) and exits as a process exits, with its own code. Past spec["seconds"] a child
+# still running is sent SIGABRT (with PYTHONFAULTHANDLER it prints its threads' stacks). Last line: each child's
+# exit code, and whether it hung.
+FORK_TRAIN_PY = """
+import json, os, signal, sys, time
+import pointgeope.commands.train, pointgeope.engine.state, pointgeope.engine.train
+spec = json.loads(sys.argv[1])
+pids = []
+for argv, out, env in zip(spec["argv"], spec["out"], spec["env"]):
+    pid = os.fork()
+    if pid == 0:
+        os.environ.update(env)
+        for fd, name in ((1, out + ".out"), (2, out + ".err")):
+            file = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(file, fd)
+            os.close(file)
+        sys.argv = ["train.py", *argv]
+        exec(compile(spec["code"], "<child>", "exec"), {"__name__": "__child__"})
+        raise SystemExit("the child's code returned without train.py's exit")
+    pids.append(pid)
+print(json.dumps(pids), flush=True)
+status, deadline = {}, time.monotonic() + spec["seconds"]
+while len(status) < len(pids) and time.monotonic() < deadline:
+    for pid in pids:
+        got, code = os.waitpid(pid, os.WNOHANG) if pid not in status else (0, 0)
+        if got:
+            status[pid] = code
+    time.sleep(0.1)
+hung = [pid not in status for pid in pids]
+for pid in pids:
+    if pid not in status:
+        os.kill(pid, signal.SIGABRT)
+        status[pid] = os.waitpid(pid, 0)[1]
+print(json.dumps({"codes": [os.waitstatus_to_exitcode(status[pid]) for pid in pids], "hung": hung}))
+"""
+TRAIN_PY = 'import runpy\nrunpy.run_path("train.py", run_name="__main__")\n'
+
+
+class ForkedTrainPy:
+    """``FORK_TRAIN_PY`` started: ``pids`` of its children (train.py, each ``argvs[i]`` and ``envs[i]`` added to
+    the environment); :meth:`ended` waits for them. The children pay the ~7 CPU s of imports once, not once each."""
+
+    def __init__(self, argvs: list[list[str]], folder: Path, *, code: str = TRAIN_PY,
+                 envs: list[dict[str, str]] | None = None, seconds: float = 120, **env: str):
+        import subprocess
+        import sys
+
+        self.outs, self.seconds = [folder / f"child{i}" for i in range(len(argvs))], seconds
+        spec = {"code": code, "argv": argvs, "out": [str(o) for o in self.outs], "seconds": seconds,
+                "env": envs or [{} for _ in argvs]}
+        self.proc = subprocess.Popen([sys.executable, "-c", FORK_TRAIN_PY, json.dumps(spec)], cwd=REPO, text=True,
+                                     env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1", **env),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.pids = json.loads(self.proc.stdout.readline() or "null")
+        assert self.pids, self.proc.communicate(timeout=60)[1][-3000:]
+
+    def ended(self) -> tuple[list[int], list[str], list[bool]]:
+        """Each child's exit code, its stderr, and whether it still ran after ``seconds`` (then SIGABRT)."""
+        out, err = self.proc.communicate(timeout=self.seconds + 120)
+        assert self.proc.returncode == 0, err[-3000:]
+        said = json.loads(out.strip().splitlines()[-1])
+        return said["codes"], [Path(f"{o}.err").read_text() for o in self.outs], said["hung"]
+
+    def kill(self) -> None:
+        """Ends the children and the launcher at once (a test that failed before :meth:`ended`)."""
+        import signal
+
+        for pid in (*self.pids, self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.communicate()
+
+
+def ddp_ranks(world: int = 2) -> list[dict[str, str]]:
+    """The environment of each rank of one DDP run on this host (``ForkedTrainPy``'s ``envs``): a free port."""
+    port = str(free_port())
+    return [{"RANK": str(r), "LOCAL_RANK": str(r), "MASTER_PORT": port, "WORLD_SIZE": str(world),
+             "MASTER_ADDR": "127.0.0.1"} for r in range(world)]

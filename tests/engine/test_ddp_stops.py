@@ -1,20 +1,18 @@
 """A DDP run (2 train.py processes, gloo, CPU) where one rank is stopped: the stopped rank first ends the
 training step it is in, then stops (one line, 143); its peer says in one line that a process of the run
-ended and that the same command resumes it (exit 2), instead of gloo's traceback. Nothing is lost."""
-from __future__ import annotations
+ended and that the same command resumes it (exit 2), instead of gloo's traceback. Nothing is lost.
 
-import os
-import signal
-import subprocess
-import sys
-import time
+Each rank is its own process running train.py: forked from one fresh interpreter that imported what train.py
+imports and ran nothing else (no torch op, no thread started; conftest's ``ForkedTrainPy``), so the two ranks pay
+the ~7 CPU s of imports once; each then exits as a process exits, with its own code."""
+from __future__ import annotations
 
 import pytest
 import torch
 
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.distributed import DistEnv, PeerEnded, peer_end_said
-from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, free_port, last_line_only
+from tests.engine.conftest import DEMO_CONFIG, TINY, ForkedTrainPy, ddp_ranks, last_line_only
 
 # Rank 1 sends itself SIGTERM from inside the backward of a step (the 1st of epoch 2: 2 a rank per epoch),
 # from a hook on a gradient, where Python runs the handler; the step, once done, writes the marker.
@@ -43,34 +41,24 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
-def _rank(rank: int, port: int, root, run, marker, stop_at: int) -> subprocess.Popen:
-    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-c", RANK, "--config", str(DEMO_CONFIG), "--test-area", "1",
-                             "--data-root", str(root), "--run-dir", str(run), *TINY, "data.loop=1",
-                             "train.epochs=2", "train.threads=1", str(stop_at), str(marker)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _ranks(code: str, argvs: list[list[str]], folder, seconds: float) -> tuple[list[int], list[str], list[bool]]:
+    """Two DDP ranks of train.py (gloo, one thread each) forked from one interpreter (``ForkedTrainPy``), rank r
+    running ``code`` with ``argvs[r]``: their exit codes, stderr and whether each still ran after ``seconds``."""
+    return ForkedTrainPy(argvs, folder, code=code, envs=ddp_ranks(), seconds=seconds).ended()
 
 
 @pytest.mark.slow
 def test_a_stopped_rank_ends_its_step_and_its_peer_says_it_in_one_line(two_folds, tmp_path):
-    run, port = tmp_path / "run", free_port()
-    ranks = [_rank(0, port, two_folds, run, tmp_path / "never", 0),
-             _rank(1, port, two_folds, run, tmp_path / "stopped", 3)]
-    try:
-        deadline = time.monotonic() + 120
-        while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert all(p.poll() is not None for p in ranks), "a rank still runs: hung"
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-        errs = [p.communicate()[1] for p in ranks]
-    assert ranks[1].returncode == 143, errs[1][-2000:]
+    run = tmp_path / "run"
+    argv = ["--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds), "--run-dir", str(run),
+            *TINY, "data.loop=1", "train.epochs=2", "train.threads=1"]
+    codes, errs, hung = _ranks(RANK, [[*argv, "0", str(tmp_path / "never")], [*argv, "3", str(tmp_path / "stopped")]],
+                               tmp_path, 120)
+    assert not any(hung), f"a rank still runs: hung {hung}; {[err[-3000:] for err in errs]}"
+    assert codes[1] == 143, errs[1][-2000:]
     last_line_only(errs[1], "train.py: terminated")
     assert (tmp_path / "stopped").read_text() == "the step ended"  # the stop waited for the step's end
-    assert ranks[0].returncode == 2, errs[0][-3000:]
+    assert codes[0] == 2, errs[0][-3000:]
     line = errs[0].splitlines()[-1]
     assert line.startswith("train.py: error: rank 0 of 2: another process of this run ended (")
     assert line.endswith("), so this one stops too; the same command resumes the run from the last checkpoint")
@@ -129,6 +117,23 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
+@pytest.fixture(scope="module")
+def refused_runs(two_folds, tmp_path_factory) -> dict:
+    """The two runs of ``REFUSED`` ("deleted", "diverged"; a DDP pair each, on its own port), their four ranks
+    forked from one interpreter at once: ``{what: (exit codes, stderr, fold folder, hung)}``."""
+    base, argvs, envs, folds = tmp_path_factory.mktemp("refused_runs"), [], [], {}
+    for what in ("deleted", "diverged"):
+        folds[what] = fold = base / what / "area_1"
+        argv = ["--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds), "--run-dir",
+                str(fold.parent), *TINY, "data.loop=1", "train.epochs=1", "train.val_every=0", "train.threads=1",
+                str(fold), what]
+        argvs += [argv, argv]
+        envs += ddp_ranks()
+    codes, errs, hung = ForkedTrainPy(argvs, base, code=REFUSED, envs=envs, seconds=180).ended()
+    return {what: (codes[2 * i:2 * i + 2], errs[2 * i:2 * i + 2], folds[what], hung[2 * i:2 * i + 2])
+            for i, what in enumerate(folds)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("what, code, said", [
     ("deleted", 2, "{fold}: the fold folder, or its lock file .lock, was deleted while this training wrote into it "
@@ -137,33 +142,14 @@ runpy.run_path("train.py", run_name="__main__")
     ("diverged", 1, "{fold}/best.pt: not saved: the model's '{buffer}' holds 1 NaN or infinite value of {size} "
                     "after step 2 (the first such tensor; the run diverged); best.pt is left as it was; a lower "
                     "optim.lr (or optim.grad_clip) trains it again (--force, or another --run-dir)")])
-def test_a_stop_only_rank_0_sees_ends_every_rank_with_its_line(two_folds, tmp_path, what, code, said):
+def test_a_stop_only_rank_0_sees_ends_every_rank_with_its_line(refused_runs, what, code, said):
     """Rank 0 alone checks the fold folder and the model state it saves; its peer ended on the peer's line
     ("another process of this run ended ... the same command resumes the run"), not the reason, or waited in
     the next collective. Now every rank ends with rank 0's line and exit code, and none hangs."""
-    run, port = tmp_path / "run", free_port()
-    fold = run / "area_1"
-    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-               PYTHONFAULTHANDLER="1")      # a rank that hangs prints its threads' stacks on SIGABRT
-    ranks = [subprocess.Popen([sys.executable, "-c", REFUSED, "--config", str(DEMO_CONFIG), "--test-area", "1",
-                               "--data-root", str(two_folds), "--run-dir", str(run), *TINY, "data.loop=1",
-                               "train.epochs=1", "train.val_every=0", "train.threads=1", str(fold), what],
-                              cwd=REPO, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-    hung = [True, True]
-    try:
-        deadline = time.monotonic() + 180
-        while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        hung = [p.poll() is None for p in ranks]
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.send_signal(signal.SIGABRT)
-        errs = [p.communicate()[1] for p in ranks]
+    codes, errs, fold, hung = refused_runs[what]
     assert not any(hung), f"a rank still runs: hung {hung}; {[err[-3000:] for err in errs]}"
     lines = [err.splitlines()[-1] if err.strip() else "" for err in errs]
-    assert [p.returncode for p in ranks] == [code, code], errs
+    assert codes == [code, code], errs
     assert lines[0] == lines[1], lines
     if what == "deleted":
         assert lines[0].endswith(said.format(fold=fold)), lines[0]

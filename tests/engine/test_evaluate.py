@@ -170,10 +170,13 @@ def test_room_seed_is_the_documented_crc32_formula():
 
 def test_room_seed_is_the_same_in_another_process():
     """Evaluate and a later ``predict`` run in different processes: the seed may not depend on the
-    process (``hash(str)`` does, through PYTHONHASHSEED)."""
+    process (``hash(str)`` does, through PYTHONHASHSEED). The other process runs room_seed's own source (it
+    needs ``zlib`` alone), not the toolkit's imports (~5 CPU s of torch and PyG)."""
+    import inspect
+
     names = ["office_1", "conferenceRoom_2", "Area_5/hallway_6"]
     here = [room_seed(s, n) for s in (0, 11) for n in names]
-    code = ("import sys; from pointgeope.engine.evaluate import room_seed; "
+    code = (f"import sys, zlib\n{inspect.getsource(room_seed)}\n"
             "print([room_seed(s, n) for s in (0, 11) for n in sys.argv[1:]])")
     hash_seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"       # not this process's
     out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True,

@@ -4,8 +4,6 @@
 (today's demo config with the boolean in place of the name), as the first versions wrote it."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -68,17 +66,18 @@ def test_one_is_not_the_older_yes(tmp_path):
         config_from_dict(record, "last.pt")
 
 
-def test_evaluate_of_such_a_run_exits_2_with_the_line(tmp_path):
-    """The command: exit code 2 and the one line, no traceback."""
+def test_evaluate_of_such_a_run_exits_2_with_the_line(tmp_path, capsys):
+    """The command (``pointgeope evaluate``, in this process): exit code 2 and the one line, no traceback."""
+    from pointgeope.cli import main as cli
+
     fold = tmp_path / "run" / "area_1"
     fold.mkdir(parents=True)
     (fold / "config.yaml").write_text(yaml.safe_dump(older_record(True), sort_keys=False))
     save_checkpoint(fold / "last.pt", {"config": older_record(True)})
-    done = subprocess.run([sys.executable, "-m", "pointgeope", "evaluate", str(fold)], capture_output=True,
-                          text=True, cwd=tmp_path, check=False)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert "data.augment: true is an older version's setting" in done.stderr.strip().splitlines()[-1]
+    assert cli(["evaluate", str(fold)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "data.augment: true is an older version's setting" in err.strip().splitlines()[-1]
 
 
 def test_a_resume_of_such_a_run_says_why_no_config_of_today_resumes_it(tmp_path):

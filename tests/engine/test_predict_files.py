@@ -11,7 +11,7 @@ from pointgeope.h5 import list_rooms, read_room
 from pointgeope.h5_predictions import read_predictions
 from tests.engine.conftest import last_line_only, one_line
 from tests.engine.predict_helpers import without_run_cap_warning, write_scan
-from tests.test_extras import message, run_without
+from tests.test_extras import message
 
 
 def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tmp_path, capsys):
@@ -254,17 +254,36 @@ def test_a_rerun_into_the_input_folder_does_not_take_its_outputs_as_inputs(tiny_
 
 
 @pytest.mark.slow
-def test_a_missing_toolkit_package_is_the_toolkits_one_line_not_a_traceback_per_scan(tiny_run, tmp_path):
+class _NotInstalled:
+    """A ``sys.meta_path`` finder before the others: ``import pykdtree`` (or a submodule) raises the
+    ``ModuleNotFoundError`` of a package that is not installed (``name == "pykdtree"``)."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname.partition(".")[0] == "pykdtree":
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+
+
+def test_a_missing_toolkit_package_is_the_toolkits_one_line_not_a_traceback_per_scan(tiny_run, tmp_path, monkeypatch,
+                                                                                       capsys):
     """pykdtree (the scans' spacing check) not installed: predict caught the ModuleNotFoundError with every
     other bug of a scan, printed a traceback per scan and exited 1. It is the environment's, not a scan's: the
-    toolkit's one line, exit code 2, as every other command says it, and no scan written."""
+    toolkit's one line, exit code 2, as every other command says it, and no scan written. (In this process,
+    pykdtree unimported and hidden: the spacing check imports it at its first call.)"""
+    import sys
+
     rng = np.random.default_rng(0)
     for name in ("a", "b"):
         np.save(tmp_path / f"{name}.npy", np.c_[rng.random((300, 3)) * 3, rng.integers(0, 256, (300, 3))])
-    done = run_without(["pykdtree"], ["-m", "pointgeope", "predict", str(tiny_run), str(tmp_path / "a.npy"),
-                                      str(tmp_path / "b.npy"), "--out", str(tmp_path / "o"), "--format", "npy"])
-    assert done.returncode == 2, done.stderr[-3000:]
-    last_line_only(done.stderr, f"pointgeope predict: error: {message('pykdtree')}")
+    for name in [m for m in sys.modules if m.partition(".")[0] == "pykdtree"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NotInstalled, *sys.meta_path])
+    capsys.readouterr()
+    code = cli(["predict", str(tiny_run), str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "--out",
+                str(tmp_path / "o"), "--format", "npy"])
+    err = capsys.readouterr().err
+    assert code == 2, err[-3000:]
+    last_line_only(err, f"pointgeope predict: error: {message('pykdtree')}")
     assert not (tmp_path / "o").exists() or not any(p.suffix == ".npy" for p in (tmp_path / "o").iterdir())
 
 

@@ -17,7 +17,7 @@ import torch
 
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
-from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, last_line_only
+from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, ForkedTrainPy, last_line_only
 from tests.engine.test_train import train
 
 
@@ -29,28 +29,27 @@ def _train_py(root, run, *extra, **popen):
 
 @pytest.mark.slow
 def test_two_train_processes_on_one_fold_then_a_kill(two_folds, tmp_path, capsys):
-    """A second train.py on the same RUN/area_K is refused while the first runs; after the first is
-    killed (-9), the next run takes the stale lock over and removes the temporary files left behind."""
+    """A second training on the same RUN/area_K (here in the test process) is refused while a train.py process
+    holds the fold; after that process is killed (-9), the next run takes the stale lock over and removes the
+    temporary files left behind. (Two processes started at once, one winner: tests/test_lock.py.)"""
     long = ["train.epochs=1000"]
-    procs = [_train_py(two_folds, tmp_path, *long, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for _ in range(2)]  # started together: one takes the lock, the other is refused
+    first = _train_py(two_folds, tmp_path, *long, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
-        while all(p.poll() is None for p in procs):
-            assert time.monotonic() < deadline, "neither train.py ended"
+        lock = tmp_path / "area_1" / ".lock"
+        while not (lock.exists() and f'"pid": {first.pid},' in lock.read_text()):   # the fold is held
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
             time.sleep(0.05)
-        loser, first = procs if procs[0].poll() is not None else procs[::-1]
-        err = loser.communicate()[1]
-        assert loser.returncode == 2, err
-        lines = err.strip().splitlines()
+        capsys.readouterr()
+        assert train(two_folds, tmp_path, *long) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(
             f"train.py: error: {tmp_path / 'area_1'} is being written by pid {first.pid} on {socket.gethostname()}")
         assert first.poll() is None
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-            p.wait()
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGKILL)
+        first.communicate()
     leftover = tmp_path / "area_1" / ".last.pt.6b1d3e9f.tmp.pt"  # what a kill inside save_checkpoint leaves
     leftover.write_bytes(b"half a checkpoint")
     capsys.readouterr()
@@ -84,12 +83,26 @@ def test_complete_fold_with_another_config_is_refused_and_force_retrains(two_fol
     assert log.count("fold 1 done") == 2 and "resumed from" not in log  # retrained from scratch
 
 
+@pytest.fixture(scope="module")
+def half_trained(two_folds, tmp_path_factory):
+    """Fold 1 of ``two_folds`` stopped after epoch 1 of 2 (``train.epochs_per_run=1``) on the demo's one torch
+    thread: ``RUN/area_1``. The tests copy it."""
+    run, threads = tmp_path_factory.mktemp("half_trained"), torch.get_num_threads()
+    try:
+        assert train(two_folds, run, "train.epochs=2", "train.epochs_per_run=1", "train.threads=1") == 0
+    finally:
+        torch.set_num_threads(threads)
+    return run / "area_1"
+
+
 @pytest.mark.slow
-def test_resume_with_another_number_of_threads_warns(two_folds, tmp_path):
+def test_resume_with_another_number_of_threads_warns(two_folds, half_trained, tmp_path):
+    import shutil
+
+    shutil.copytree(half_trained, tmp_path / "area_1")
+    assert load_checkpoint(tmp_path / "area_1" / "last.pt")["threads"] == 1
     threads = torch.get_num_threads()
     try:
-        assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1", "train.threads=1") == 0
-        assert load_checkpoint(tmp_path / "area_1" / "last.pt")["threads"] == 1
         assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1", "train.threads=2") == 0
     finally:
         torch.set_num_threads(threads)
@@ -99,14 +112,17 @@ def test_resume_with_another_number_of_threads_warns(two_folds, tmp_path):
 
 
 @pytest.mark.slow
-def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(two_folds, tmp_path, capsys):
+def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(two_folds, half_trained, tmp_path,
+                                                                                 capsys):
     """Evaluating a fold whose training was interrupted after epoch 1 of 2 labels metrics.json as unfinished
     (it said "complete": true, so that the training was then skipped and report pooled the fold); predict
     from it warns."""
+    import shutil
+
     from pointgeope.cli import main as cli
 
-    assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0  # stops after epoch 1
     fold = tmp_path / "area_1"
+    shutil.copytree(half_trained, fold)                         # trained with train.epochs_per_run=1
     capsys.readouterr()
     assert cli(["evaluate", str(fold)]) == 0
     assert (f"warning: {fold} is unfinished: trained 1 of 2 epochs; metrics.json says so (\"complete\": false)"
@@ -146,47 +162,54 @@ def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(
     assert "warning" not in capsys.readouterr().err  # a finished fold
 
 
-def _stop_training(two_folds, run, sig: int):
-    """train.py on fold 1, sent ``sig`` once it has written a checkpoint (inside the loop, the lock held);
-    returns ``(exit code, stderr)``."""
-    proc = _train_py(two_folds, run, "train.epochs=1000", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+@pytest.fixture(scope="module")
+def signalled(two_folds, tmp_path_factory) -> dict:
+    """train.py on fold 1 twice at once, into RUN/SIGINT and RUN/SIGTERM (two processes forked from one
+    interpreter: conftest's ``ForkedTrainPy``), each sent its signal once it has written a checkpoint (inside the
+    loop, the lock held): ``{signal: (exit code, stderr, its fold folder)}``."""
+    base = tmp_path_factory.mktemp("signalled")
+    folds = {sig: base / sig.name / "area_1" for sig in (signal.SIGINT, signal.SIGTERM)}
+    children = ForkedTrainPy([["--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds),
+                               "--run-dir", str(fold.parent), *TINY, "train.epochs=1000"] for fold in folds.values()],
+                             base, seconds=300)
     try:
-        deadline = time.monotonic() + 120
-        while not (run / "area_1" / "last.pt").exists():  # inside the loop: the lock is held
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        waiting, deadline = dict(zip(folds, children.pids, strict=True)), time.monotonic() + 240
+        while waiting:
+            for sig in [sig for sig in waiting if (folds[sig] / "last.pt").exists()]:
+                os.kill(waiting.pop(sig), sig)
+            assert children.proc.poll() is None and time.monotonic() < deadline, f"no checkpoint in {waiting}"
             time.sleep(0.05)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err
+        codes, errs, hung = children.ended()
+    except BaseException:
+        children.kill()
+        raise
+    assert not any(hung), errs
+    return {sig: (code, err, fold) for sig, code, err, fold in zip(folds, codes, errs, folds.values(), strict=True)}
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_path):
+def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(signalled):
     """SIGINT to a training (Ctrl-C): one line, exit code 130, the fold's lock released; it printed a
     KeyboardInterrupt traceback."""
-    code, err = _stop_training(two_folds, tmp_path, signal.SIGINT)
+    code, err, fold = signalled[signal.SIGINT]
     assert code == 130
     last_line_only(err, "train.py: interrupted")
-    assert not (tmp_path / "area_1" / ".lock").exists()
+    assert not (fold / ".lock").exists()
     # the fold's record says why it ends there (it ended with the last epoch or step line, no reason)
-    assert (tmp_path / "area_1" / "log.txt").read_text().splitlines()[-1].endswith(" stopped: interrupted (Ctrl-C)")
+    assert (fold / "log.txt").read_text().splitlines()[-1].endswith(" stopped: interrupted (Ctrl-C)")
 
 
 @pytest.mark.slow
-def test_sigterm_stops_training_as_ctrl_c_does(two_folds, tmp_path):
+def test_sigterm_stops_training_as_ctrl_c_does(signalled):
     """SIGTERM (SLURM's time limit, preemption, scancel) killed a training at once: no line, the fold's
     .lock left, which a requeued task on another node is refused by. Now: one line, exit code 143, the lock
     released and no temporary file left."""
-    code, err = _stop_training(two_folds, tmp_path, signal.SIGTERM)
+    code, err, fold = signalled[signal.SIGTERM]
     assert code == 143
     last_line_only(err, "train.py: terminated")
-    assert (tmp_path / "area_1" / "log.txt").read_text().splitlines()[-1].endswith(" stopped: terminated (SIGTERM)")
-    assert sorted(p.name for p in (tmp_path / "area_1").iterdir() if p.name.startswith(".")) == []
-    assert load_checkpoint(tmp_path / "area_1" / "last.pt")["step"] >= 1
+    assert (fold / "log.txt").read_text().splitlines()[-1].endswith(" stopped: terminated (SIGTERM)")
+    assert sorted(p.name for p in fold.iterdir() if p.name.startswith(".")) == []
+    assert load_checkpoint(fold / "last.pt")["step"] >= 1
 
 
 def test_a_hand_edited_config_yaml_does_not_make_a_fold_complete(two_folds, tiny_run, tmp_path, capsys):
