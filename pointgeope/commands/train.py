@@ -36,6 +36,8 @@ def main(args: argparse.Namespace) -> int:
     overrides = config_overrides(args.overrides, {"--data-root": ("data.root", args.data_root),
                                                   "--run-dir": ("train.run_dir", args.run_dir)})
     cfg = load_config(args.config, overrides)
-    from pointgeope.engine.train import train  # after the config: a mistake in it is told without the data stack
+    # after the config: a mistake in it is told without torch; and a complete fold is skipped without the
+    # training stack (pointgeope.engine.train, imported by the fold that trains)
+    from pointgeope.engine.fold_runs import train
 
     return train(cfg, args.test_area, force=args.force)

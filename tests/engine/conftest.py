@@ -128,12 +128,12 @@ def train_fold_1(cfg):
     """Fold 1 of ``cfg`` in this rank's process group, which is set up before and torn down after."""
     import torch
 
-    from pointgeope.engine import distributed, train
+    from pointgeope.engine import distributed, fold_runs
 
     env = distributed.setup(cfg.train.device)
     try:
         assert env.world_size == 2 and torch.distributed.get_backend() == "gloo"
-        train.run_folds(cfg, 1, env)
+        fold_runs.run_folds(cfg, 1, env)
     finally:
         distributed.cleanup()
 

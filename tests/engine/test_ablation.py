@@ -73,7 +73,8 @@ def test_plan_orders_trials_and_shares_the_threads(two_folds, unpinned_config, t
 @pytest.mark.slow
 def test_trials_run_resume_and_a_failed_one_is_reported(grid, two_folds, tmp_path, capsys):
     """The grid's four trials (two at a time) each reported with its own metrics.json and seed; a rerun
-    (of a copy) with seeds 0 and 7 skips seed 0, names seed 7's failure and the trials of the other grid."""
+    (of a copy) of rpe with seeds 0 and 7 skips seed 0, names seed 7's failure and the trials of the other grid
+    (none's among them: a preset outside the command is named as a seed outside it is)."""
     report = json.loads((grid / "report" / "fold_1" / "ablation.json").read_text())
     assert [v["name"] for v in report["variants"]] == ["rpe", "none"]
     for variant in report["variants"]:
@@ -89,19 +90,19 @@ def test_trials_run_resume_and_a_failed_one_is_reported(grid, two_folds, tmp_pat
     # again, with a seed whose fold folder cannot be made: seed 0 is skipped, seed 7 fails and is named
     run = copy_trials(grid, tmp_path / "abl", "rpe", "none")
     capsys.readouterr()
-    for preset in ("rpe", "none"):
-        (run / preset / "seed_7").mkdir(parents=True)
-        (run / preset / "seed_7" / "area_1").write_text("not a folder")
-    assert cli(ablate_args(two_folds, run, "train.epochs=1", seeds=("0", "7"), jobs="2")) == 1
+    (run / "rpe" / "seed_7").mkdir(parents=True)
+    (run / "rpe" / "seed_7" / "area_1").write_text("not a folder")
+    assert cli(ablate_args(two_folds, run, "train.epochs=1", presets=("rpe",), seeds=("0", "7"), jobs="2")) == 1
     out, err = capsys.readouterr()
     assert "rpe seed 0: done" in out and "rpe seed 7: FAILED (exit code" in out
-    assert (f"{run} also holds trials of fold 1 outside this command's grid, not in its report: none seed 1, "
-            "rpe seed 1") in out
-    assert "2 trials failed: rpe seed 7, none seed 7" in err
+    assert (f"{run} also holds trials of fold 1 outside this command's grid, not in its report: none seed 0, "
+            "none seed 1, rpe seed 1") in out
+    assert "1 trial failed: rpe seed 7" in err
     assert "is complete, skipped" in (run / "rpe" / "seed_0" / "train.log").read_text()
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
-    assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
-    assert "Not reported (trials of another grid in this folder): none seed 1, rpe seed 1. " in md.split("\n\n| ")[0]
+    assert "- rpe: seed 7 missing (" in md
+    assert ("Not reported (trials of another grid in this folder): none seed 0, none seed 1, rpe seed 1. "
+            in md.split("\n\n| ")[0])
     assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
 
 
@@ -110,15 +111,17 @@ def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(grid, 
     """Fold 2 into the RUN of fold 1 (a copy of the grid's rpe seed 0 and report): its report scores area_2
     alone (it pooled every fold the trial folders held, under the header "fold 2") and fold 1's report stays (it
     was overwritten). A rerun with another eval value: the skipped trial's old test is named stale, not scored
-    under the new header; with another train value ablate refuses before any trial starts (train would refuse
-    each one), naming what to do."""
-    run, one = copy_trials(grid, tmp_path / "abl", "rpe/seed_0", "report"), ("train.epochs=1",)
+    under the new header, and one tested again with it (seed 1, by the `pointgeope evaluate` the stale note
+    names) is scored; with another train value ablate refuses before any trial starts (train would refuse each
+    one), naming what to do."""
+    run, one = copy_trials(grid, tmp_path / "abl", "rpe/seed_0", "rpe/seed_1", "report"), ("train.epochs=1",)
     fold_1 = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",), area="2")) == 0
     assert (run / "report" / "fold_1" / "ablation.md").read_text() == fold_1
     variant = json.loads((run / "report" / "fold_2" / "ablation.json").read_text())["variants"][0]
     metrics = json.loads((run / "rpe" / "seed_0" / "area_2" / "metrics.json").read_text())
     assert variant["folds"] == ["Area_2"] and variant["runs"][0]["miou"] == pytest.approx(metrics["miou"])
+    assert cli(["evaluate", str(run / "rpe" / "seed_1" / "area_1"), "eval.max_fragments=1"]) == 0
     capsys.readouterr()
     assert cli(ablate_args(two_folds, run, *one, "eval.max_fragments=1", presets=("rpe",))) == 1
     variant = json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]
@@ -151,10 +154,12 @@ def test_engine_code_does_not_import_later_layers():
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path, sigint):
     """SIGTERM to ablate (a job scheduler's stop) ended ablate alone: its running trial went on training.
-    Now the trial is stopped as Ctrl-C stops it (its lock released, last.pt kept for the rerun), no further
-    trial starts, and ablate ends with one line and exit code 143 (128 + SIGTERM); so too when ablate was
-    started with SIGINT ignored (`ablate ... &` in a job script), where ablate waited a minute for trials
-    that ignored the SIGINT it sent them, then killed them."""
+    Now the trial is stopped as Ctrl-C stops it (its lock released; a training stopped mid-epoch keeps its
+    last.pt: tests/engine/test_run_folder.py), no further trial starts, and ablate ends with one line and exit
+    code 143 (128 + SIGTERM); so too when ablate was started with SIGINT ignored (`ablate ... &` in a job
+    script), where ablate waited a minute for trials that ignored the SIGINT it sent them, then killed them.
+    The stop is sent once the trial holds its fold's lock (before its first epoch, often while it imports the
+    training stack)."""
     import signal
     import subprocess
     import time
@@ -166,10 +171,11 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
     lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
     try:
         deadline = time.monotonic() + 120
-        while not (lock.parent / "last.pt").exists():  # the first trial is inside its epochs
+        while pid is None:  # the trial holds its fold (its SIGTERM handler set): no epoch needs to end first
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                pid = json.loads(lock.read_text())["pid"]
             time.sleep(0.05)
-        pid = json.loads(lock.read_text())["pid"]
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 143
@@ -274,12 +280,17 @@ def test_the_report_names_the_torch_threads_its_trials_were_trained_with(grid, t
     reports a trial complete from an earlier run whatever count it had (``train.threads`` is no setting a
     result is stale by): the header named the count only where the command's overrides held it, so a report
     of trials trained at 2 threads and at 1 (the demo config's) read as one setting's. It names the count
-    each reported trial's last.pt was written with, every count where they differ (here none seed 0, the grid's,
-    trained with the demo config's 1 thread)."""
-    run = tmp_path / "abl"
-    assert cli(ablate_args(two_folds, run, "train.epochs=1", "train.threads=2", presets=("rpe",), seeds=("0",))) == 0
-    assert "Trained with 2 torch CPU threads. " in (run / "report" / "fold_1" / "ablation.md").read_text()
-    copy_trials(grid, run, "none/seed_0")
+    each reported trial's last.pt was written with: the grid's, all trained with the demo config's 1 thread (no
+    override names it), that one; every count where they differ (a copy of the grid's rpe seed 0 whose last.pt
+    says 2, as a training with train.threads=2 writes it: tests/engine/test_state.py, test_run_folder.py)."""
+    import torch
+
+    assert "Trained with 1 torch CPU thread. " in (grid / "report" / "fold_1" / "ablation.md").read_text()
+    run = copy_trials(grid, tmp_path / "abl", "rpe/seed_0", "none/seed_0")
+    last = run / "rpe" / "seed_0" / "area_1" / "last.pt"
+    ckpt = torch.load(last, weights_only=True)
+    ckpt["threads"] = 2
+    torch.save(ckpt, last)
     assert cli(ablate_args(two_folds, run, "train.epochs=1", presets=("rpe", "none"), seeds=("0",))) == 0
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "| rpe | 1 |" in md and "| none | 1 |" in md                         # both reported

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from pointgeope.cli import main as cli
-from pointgeope.engine import train as train_module
+from pointgeope.engine import fold_runs
 from pointgeope.h5 import list_rooms
 from pointgeope.lock import folder_lock
 from tests.engine.conftest import DEMO_CONFIG, TINY, train_fold
@@ -32,7 +32,7 @@ def test_a_prepare_into_the_data_root_of_a_running_training_is_refused(tiny_root
         codes.append(cli(["prepare", str(raw), str(cfg.data.root)]))
         return []
 
-    monkeypatch.setattr(train_module, "run_folds", run_folds)
+    monkeypatch.setattr(fold_runs, "run_folds", run_folds)
     assert train_fold(root, tmp_path / "run") == 0
     assert codes == [2]
     line = capsys.readouterr().err.strip().splitlines()[-1]
@@ -138,7 +138,7 @@ def test_train_is_refused_in_one_line_where_a_folder_stands_for_the_readers_lock
     """It trained on the data root without the readers' lock, so a prepare into it was not refused."""
     root = _copy(tiny_root, tmp_path / "root")
     (root / ".readers.lock").mkdir()
-    monkeypatch.setattr(train_module, "run_folds", lambda *args, **kwargs: pytest.fail("trained without the lock"))
+    monkeypatch.setattr(fold_runs, "run_folds", lambda *args, **kwargs: pytest.fail("trained without the lock"))
     assert cli(["train", "--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(root),
                 "--run-dir", str(tmp_path / "run"), *TINY]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (

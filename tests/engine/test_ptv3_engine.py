@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -119,15 +120,21 @@ def test_predict_of_a_ptv3_run_equals_its_evaluation(ptv3_run, two_folds, tmp_pa
 
 
 @pytest.mark.slow
-def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
+def test_ablate_over_two_ptv3_encodings(ptv3_run, two_folds, tmp_path):
+    """Each trial of a PTv3 config trains with model.backbone=ptv3 and its own model.pe, and is reported. geope
+    seed 0 is a copy of ptv3_run (train's fold of the same config: the demo's pe, seed 0), which its trial finds
+    complete and skips; point3drope's trial trains."""
     run = tmp_path / "abl"
+    shutil.copytree(ptv3_run, run / "geope" / "seed_0" / "area_1")
     assert cli(["ablate", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root", str(two_folds),
-                "--run-dir", str(run), "--presets", "none,point3drope", "--seeds", "0", *TINY3]) == 0
+                "--run-dir", str(run), "--presets", "geope,point3drope", "--seeds", "0", *TINY3]) == 0
     report = json.loads((run / "report" / "fold_1" / "ablation.json").read_text())
-    assert [v["name"] for v in report["variants"]] == ["none", "point3drope"]
-    for name in ("none", "point3drope"):
+    assert [v["name"] for v in report["variants"]] == ["geope", "point3drope"]
+    for name in ("geope", "point3drope"):
         saved = load_checkpoint(run / name / "seed_0" / "area_1" / "last.pt")["config"]["model"]
         assert (saved["backbone"], saved["pe"]) == ("ptv3", name)
+    logs = [(run / name / "seed_0" / "train.log").read_text() for name in ("geope", "point3drope")]
+    assert "is complete, skipped" in logs[0] and "model: ptv3, " in logs[1] and "pe=point3drope" in logs[1]
 
 
 @pytest.mark.parametrize("overrides, message", [

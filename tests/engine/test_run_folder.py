@@ -316,6 +316,40 @@ def test_a_skipped_fold_names_the_eval_values_it_was_not_tested_with(two_folds, 
             f"to a complete fold: {command} eval.vote=softmax tests it with them") in capsys.readouterr().out
 
 
+# pointgeope's main on each command line of argv[1], in this one process: the exit codes, and which of argv[2]'s
+# modules it imported
+CHILD = """
+import json, sys
+from pointgeope.cli import main
+codes = [main(argv) for argv in json.loads(sys.argv[1])]
+print(json.dumps([codes, sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)]))
+"""
+
+
+def test_a_complete_fold_is_skipped_or_refused_without_the_training_stack(two_folds, tiny_run, tmp_path):
+    """A rerun of a complete fold (each trial of an ablation's rerun is one process of it) imported the training
+    stack (pointgeope.engine.train: the model, torch_geometric, the data loaders; ~4 s of CPU a process) before
+    it read the fold's last.pt. It says the same lines, the skip or the refusal, with torch alone of them imported
+    (to read the last.pt). A fresh process: in this one they are imported already."""
+    import shutil
+
+    fold = tmp_path / "area_1"
+    shutil.copytree(tiny_run, fold)
+    train = ["train", "--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(two_folds),
+             "--run-dir", str(tmp_path), *TINY, "train.epochs=1", "train.val_every=1"]   # tiny_run's command
+    heavy = ["pointgeope.engine.train", "pointgeope.model.network", "scipy", "torch", "torch_geometric"]
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps([train, [*train, "optim.lr=0.02"]]),
+                           json.dumps(heavy)], capture_output=True, text=True, timeout=120, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    *said, imported = done.stdout.splitlines()
+    assert json.loads(imported) == [[0, 2], ["torch"]]
+    assert [line for line in said if not line.startswith("warning: ")] == [   # (the overrides TINY gives too)
+        f"fold 1: {fold / 'metrics.json'} is complete, skipped"]
+    assert "Traceback" not in done.stderr and done.stderr.splitlines()[-1] == (
+        f"pointgeope train: error: {fold} is complete with another config (optim.lr: run 0.01, now 0.02); --force "
+        "retrains it, or use another --run-dir")
+
+
 @pytest.mark.slow
 def test_a_fold_folder_deleted_while_training_is_one_line_and_not_made_again(two_folds, tmp_path, monkeypatch, capsys):
     import shutil
