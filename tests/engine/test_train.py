@@ -38,12 +38,11 @@ def weights(path):
 
 
 @pytest.mark.slow
-def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
-    assert train(two_folds, tmp_path, "train.val_every=1") == 0
-    fold = tmp_path / "area_1"
+def test_fold_writes_a_complete_run_folder(two_folds, validated_run):
+    fold = validated_run / "area_1"             # `pointgeope train` of fold 1, TINY's 2 epochs, validated each
     cfg = load_config(fold / "config.yaml")
     assert cfg == load_config(DEMO_CONFIG, TINY + ["train.val_every=1", f"data.root={two_folds}",
-                                                   f"train.run_dir={tmp_path}"])
+                                                   f"train.run_dir={validated_run}"])
     last = torch.load(fold / "last.pt", map_location="cpu", weights_only=True)
     best = torch.load(fold / "best.pt", map_location="cpu", weights_only=True)
     assert (last["epoch"], last["batch"]) == (2, 0)
