@@ -291,8 +291,9 @@ def test_auto_takes_the_loader_when_the_device_kernels_fall_back(monkeypatch, ke
     monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
     spec = build.model(load_config(None, ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]",
                                           "model.neighbours=[8, 8]", "model.decoder_blocks=[1, 1]"])).hierarchy_spec
-    assert placement.device_kernels_run(spec, device, points=160)
+    # two clouds of 40 points: 10 at stage 2, over its 8 neighbours (the interpreter's FPS goes with the points)
+    assert placement.device_kernels_run(spec, device, points=80)
     monkeypatch.setattr(triton_knn, "_knn_kernel", Failing(COMPILE_ERROR))
     with pytest.warns(KernelFallbackWarning, match="knn"):
-        assert not placement.device_kernels_run(spec, device, points=160)
+        assert not placement.device_kernels_run(spec, device, points=80)
     assert "knn" in kernel_failures_forgotten.failures()
