@@ -77,6 +77,27 @@ def tiny_run(two_folds, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def validated_run(two_folds, tmp_path_factory) -> Path:
+    """Fold 1 of ``two_folds`` trained for TINY's two epochs, validated after each, its run folder (read only):
+    test_train's run-folder test reads it, test_tensorboard's resume test compares a resumed run's events with
+    its own (both trained this same run before)."""
+    run = tmp_path_factory.mktemp("validated_run")
+    assert train_fold(two_folds, run, "train.val_every=1") == 0
+    return run
+
+
+@pytest.fixture(scope="session")
+def normal_run(two_folds, tmp_path_factory) -> Path:
+    """A PTv3 fold of the demo's recipe (``[rgb | normal]``), one epoch of the tiny settings (read only):
+    test_ptv3_normals and test_normal_estimate_runs read it (each module trained its own before)."""
+    from tests.engine.test_ptv3_engine import train3
+
+    run = tmp_path_factory.mktemp("normal_run")
+    assert train3(two_folds, run) == 0
+    return run / "area_1"
+
+
+@pytest.fixture(scope="session")
 def unvalidated_run(two_folds, tmp_path_factory) -> Path:
     """Fold 1 of ``two_folds`` trained for one epoch without validation (``train.val_every=0``: best.pt is its
     last epoch, no validation picked it), its run folder: the tests of what ``evaluate`` and ``predict`` say of

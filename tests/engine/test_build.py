@@ -1,6 +1,7 @@
 """Tests of pointgeope/engine/build.py: the parameter groups, the learning-rate schedule and the resumable sampler."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -180,11 +181,14 @@ def test_the_hierarchy_beside_the_step_hands_over_the_same_batches_hierarchies_a
 class _Recorder:
     """A ``HierarchySpec`` that keeps every hierarchy it builds."""
 
-    def __init__(self, spec):
-        self.spec, self.built = spec, []
+    def __init__(self, spec, path=None):
+        self.spec, self.built, self.path = spec, [], path
 
     def __call__(self, coord, offset):
-        self.built.append(self.spec(coord, offset))
+        from pointgeope.model.kernel_choice import forced
+
+        with forced(self.path) if self.path else contextlib.nullcontext():
+            self.built.append(self.spec(coord, offset))
         return self.built[-1]
 
     def check(self, *args):
@@ -196,9 +200,10 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
     pykdtree); ``device`` hands over the blocks alone and the model builds it with the device's kernels: on
     CUDA the Triton ones, run here in Triton's interpreter (``POINTGEOPE_KERNELS=triton``, which makes them
     the CPU's defaults; a spy proves the FPS kernel ran). The same FPS samples at every stage and the same
-    neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention and batch
-    norm run on the Triton kernels too, and neighbours listed in another order are summed in another order:
-    1.4e-6 at most, measured)."""
+    neighbour sets, so the loss and gradients of a step agree up to float rounding (neighbours listed in
+    another order are summed in another order: 1.4e-6 at most, measured with the attention and batch norm on
+    the Triton kernels too). The hierarchy is built on the Triton path, the rest of the step on torch's: the
+    interpreter's attention and norms (tested in tests/model) were most of the test's time."""
     pytest.importorskip("triton")
     from pointgeope.model import kernel_choice
     from pointgeope.model.ops import triton_fps
@@ -215,9 +220,11 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
                                 launches.append(1) or fn(*a))  # noqa: B023 - the loop's last iteration makes it
         # 100 voxels a sample: 25 points a cloud at stage 2, over its 8 neighbours
         net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}", "data.voxel_max=100"])
-        net.hierarchy_spec = built = _Recorder(net.hierarchy_spec)     # what the model builds itself
-        loss = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None)).square().mean()
-        loss.backward()
+        # what the model builds itself, on the path POINTGEOPE_KERNELS chose (triton where place is device)
+        net.hierarchy_spec = built = _Recorder(net.hierarchy_spec, kernel_choice.current().path)
+        with kernel_choice.forced("torch"):
+            loss = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None)).square().mean()
+            loss.backward()
         runs[place] = (batch, built, loss.detach(), [p.grad.clone() for p in net.parameters()])
     (loader, from_loader, loss_l, grads_l), (device, from_device, loss_d, grads_d) = runs["loader"], runs["device"]
     assert getattr(device, "hierarchy", None) is None and loader.hierarchy is not None
@@ -284,8 +291,9 @@ def test_auto_takes_the_loader_when_the_device_kernels_fall_back(monkeypatch, ke
     monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
     spec = build.model(load_config(None, ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]",
                                           "model.neighbours=[8, 8]", "model.decoder_blocks=[1, 1]"])).hierarchy_spec
-    assert placement.device_kernels_run(spec, device, points=160)
+    # two clouds of 40 points: 10 at stage 2, over its 8 neighbours (the interpreter's FPS goes with the points)
+    assert placement.device_kernels_run(spec, device, points=80)
     monkeypatch.setattr(triton_knn, "_knn_kernel", Failing(COMPILE_ERROR))
     with pytest.warns(KernelFallbackWarning, match="knn"):
-        assert not placement.device_kernels_run(spec, device, points=160)
+        assert not placement.device_kernels_run(spec, device, points=80)
     assert "knn" in kernel_failures_forgotten.failures()

@@ -82,7 +82,9 @@ def dataclass_amp(cfg: Config, amp: str) -> Config:
 def tiny(backbone: str, batch_points: int, amp: str = "bf16"):
     """(model in eval mode, cfg, room arguments of ``vote_room``) of a small PTv1 or PTv3 network."""
     if backbone == "ptv3":
-        cfg = load_config(PTV3_DEMO, [*PTV3_NET, f"eval.batch_points={batch_points}", f"eval.amp={amp}"])
+        # one block a stage (test_vote_depth's net has four): each kind of layer is copied and cast all the same
+        cfg = load_config(PTV3_DEMO, [*PTV3_NET, "model.ptv3.enc_depths=[1, 1]", "model.ptv3.dec_depths=[1]",
+                                      f"eval.batch_points={batch_points}", f"eval.amp={amp}"])
         coord, color, normal = box_room(3.0, n=1500)
         kwargs = {"normal": normal}
     else:

@@ -13,7 +13,6 @@ import pytest
 from pointgeope.cli import main as cli
 from pointgeope.data.normal_record import current
 from pointgeope.engine.checkpoint import load_checkpoint
-from tests.engine.test_ptv3_normals import normal_run  # noqa: F401  (the fixture)
 
 
 def _copy_root(root, to, version=None):
@@ -45,7 +44,7 @@ def _evaluate_on_another_estimate(run, two_folds, tmp_path):
     return copy
 
 
-def test_a_normal_run_records_the_estimate_it_read_and_ptv1_none(normal_run, tiny_run):  # noqa: F811
+def test_a_normal_run_records_the_estimate_it_read_and_ptv1_none(normal_run, tiny_run):
     read = {area: current() for area in ("Area_1", "Area_2", "Area_3")}
     assert load_checkpoint(normal_run / "last.pt")["data_normals"] == read
     assert json.loads((normal_run / "metrics.json").read_text())["data_normals"] == read
@@ -53,7 +52,7 @@ def test_a_normal_run_records_the_estimate_it_read_and_ptv1_none(normal_run, tin
     assert "data_normals" not in json.loads((tiny_run / "metrics.json").read_text())
 
 
-def test_evaluate_on_files_of_another_estimate_uses_them_and_says_so(normal_run, two_folds, tmp_path,  # noqa: F811
+def test_evaluate_on_files_of_another_estimate_uses_them_and_says_so(normal_run, two_folds, tmp_path,
                                                                     capsys):
     """Before: the normals were part of the points checksum, so a file of the same points with another estimate
     of its normals was refused as other data (exit 2)."""
@@ -72,7 +71,7 @@ def test_evaluate_on_files_of_another_estimate_uses_them_and_says_so(normal_run,
     assert _warnings(out.out + out.err) == []
 
 
-def test_predict_says_once_when_a_scans_normals_are_of_another_estimate(normal_run, two_folds, tmp_path,  # noqa: F811
+def test_predict_says_once_when_a_scans_normals_are_of_another_estimate(normal_run, two_folds, tmp_path,
                                                                       capsys, monkeypatch):
     import pointgeope.data.normals as normals
 
@@ -108,7 +107,7 @@ def test_a_ptv1_run_never_mentions_normals(tiny_run, two_folds, tmp_path, capsys
     assert "normal" not in (out.out + out.err).lower()
 
 
-def test_metrics_record_the_estimate_of_the_test_files_evaluated(normal_run, two_folds, tmp_path):  # noqa: F811
+def test_metrics_record_the_estimate_of_the_test_files_evaluated(normal_run, two_folds, tmp_path):
     """metrics.json's data_normals name the normals its scores came from: the test area's as evaluated (another
     estimate than in training, which evaluate warns of), the training areas' as the checkpoint read them. It
     copied the checkpoint's, so the report said the fold's numbers came from the estimate of the training."""

@@ -19,7 +19,7 @@ from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.prediction_info import checkpoint_prediction_info, prediction_metadata
 from pointgeope.errors import UserError
 from tests.engine.conftest import DEMO_CONFIG, REPO, one_line
-from tests.engine.test_ptv3_engine import PTV3_DEMO, train3
+from tests.engine.test_ptv3_engine import PTV3_DEMO
 
 RECIPE = REPO / "configs" / "s3dis" / "_ptv3_recipe.yaml"
 
@@ -67,14 +67,6 @@ def test_a_normal_network_is_voted_with_normals_only():
     coord = np.random.default_rng(0).random((50, 3)).astype(np.float32)
     with pytest.raises(ValueError, match=r"expected normals of shape \(50, 3\) for a data.normal network, got None"):
         evaluate.vote_room(torch.nn.Identity(), coord, np.zeros((50, 3), np.uint8), cfg, torch.device("cpu"))
-
-
-@pytest.fixture(scope="module")
-def normal_run(two_folds, tmp_path_factory):
-    """A PTv3 fold of the demo's recipe (``[rgb | normal]``), one epoch of the tiny settings."""
-    run = tmp_path_factory.mktemp("normal_run")
-    assert train3(two_folds, run) == 0
-    return run / "area_1"
 
 
 def test_a_run_records_its_normal_features(normal_run):

@@ -61,10 +61,10 @@ def test_clouds_are_capped_and_the_ground_truth_logged_once(two_folds):
                              (f"clouds/Area_2/{first}/pred", (1, 1000, 3), (1, 1000, 3), 6)]
 
 
-def test_a_resume_keeps_the_events_of_the_step_it_resumes_from(two_folds, tmp_path):
+def test_a_resume_keeps_the_events_of_the_step_it_resumes_from(two_folds, validated_run, tmp_path):
     """Each resume purged the TensorBoard events of its checkpoint's step, written before the checkpoint:
     the loss of that step and the whole epoch's summary (train/oa, train/miou, val/*). Two runs of one
-    epoch each now log the steps of one run of two epochs."""
+    epoch each now log the steps of one run of two epochs (``validated_run``: the same settings in one run)."""
     from tests.engine.test_train import train
 
     def steps(run) -> dict[str, list[int]]:
@@ -73,11 +73,10 @@ def test_a_resume_keeps_the_events_of_the_step_it_resumes_from(two_folds, tmp_pa
         return {tag: [e.step for e in events.Scalars(tag)]
                 for tag in ("train/loss", "train/miou", "train/epoch_loss", "val/miou")}
 
-    assert train(two_folds, tmp_path / "straight", "train.epochs=2", "train.val_every=1") == 0
     for _ in range(2):
         assert train(two_folds, tmp_path / "resumed", "train.epochs=2", "train.val_every=1",
                      "train.epochs_per_run=1") == 0
-    assert steps(tmp_path / "resumed") == steps(tmp_path / "straight") == {
+    assert steps(tmp_path / "resumed") == steps(validated_run) == {
         "train/loss": [1, 2, 3, 4], "train/miou": [2, 4], "train/epoch_loss": [2, 4], "val/miou": [2, 4]}
 
 

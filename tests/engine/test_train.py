@@ -38,12 +38,11 @@ def weights(path):
 
 
 @pytest.mark.slow
-def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
-    assert train(two_folds, tmp_path, "train.val_every=1") == 0
-    fold = tmp_path / "area_1"
+def test_fold_writes_a_complete_run_folder(two_folds, validated_run):
+    fold = validated_run / "area_1"             # `pointgeope train` of fold 1, TINY's 2 epochs, validated each
     cfg = load_config(fold / "config.yaml")
     assert cfg == load_config(DEMO_CONFIG, TINY + ["train.val_every=1", f"data.root={two_folds}",
-                                                   f"train.run_dir={tmp_path}"])
+                                                   f"train.run_dir={validated_run}"])
     last = torch.load(fold / "last.pt", map_location="cpu", weights_only=True)
     best = torch.load(fold / "best.pt", map_location="cpu", weights_only=True)
     assert (last["epoch"], last["batch"]) == (2, 0)
@@ -140,7 +139,19 @@ def epoch_scores(run) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_cv_runs_every_fold_and_skips_complete_ones(two_folds, tmp_path, capsys):
-    assert train(two_folds, tmp_path, "train.epochs=1", fold="cv") == 0
+    """Under --cv, train.epochs_per_run counted per fold: a job sized for N epochs trained N of every fold
+    and overran its time limit. One epoch per run: fold 1's epoch (and its evaluation), then a stop; the same
+    command then trains fold 2, fold 1 skipped as complete. A fold trained but not evaluated is evaluated by
+    the next --cv run (without a limit: it goes through every fold), and `evaluate` re-evaluates a fold.
+    (One test: the epochs_per_run test trained the two folds that this one trained again.)"""
+    assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=1", fold="cv") == 0
+    out = capsys.readouterr().out
+    assert json.loads((tmp_path / "area_1" / "metrics.json").read_text())["complete"] is True
+    assert not (tmp_path / "area_2" / "last.pt").exists()
+    assert ("stopping before fold 2: 1 epoch trained in this run (train.epochs_per_run=1); the same command "
+            "continues with it") in out
+    assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=1", fold="cv") == 0
+    assert "fold 1: " in capsys.readouterr().out   # skipped as complete
     for k in (1, 2):
         assert json.loads((tmp_path / f"area_{k}" / "metrics.json").read_text())["complete"] is True
     first = (tmp_path / "area_1" / "metrics.json").stat().st_mtime_ns
@@ -152,7 +163,7 @@ def test_cv_runs_every_fold_and_skips_complete_ones(two_folds, tmp_path, capsys)
     assert (tmp_path / "area_1" / "metrics.json").stat().st_mtime_ns == first
     assert json.loads((tmp_path / "area_2" / "metrics.json").read_text())["complete"] is True
     log2 = (tmp_path / "area_2" / "log.txt").read_text()
-    assert log2.count(" epoch 1/1 ") == 1  # the second run went straight to the evaluation
+    assert log2.count(" epoch 1/1 ") == 1  # the third run went straight to the evaluation
     assert log2.count("evaluated Area_2") == 2
 
     # `pointgeope evaluate` re-evaluates a fold with other eval.* settings (here 2 x 2 TTA views)
@@ -308,20 +319,6 @@ def test_resume_on_other_data_is_refused_with_the_files_named(two_folds, tmp_pat
     assert load_checkpoint(last)["epoch"] == 1  # left as it was
     assert train(root, tmp_path / "run", "train.epochs=1", "--force") == 0
     assert load_checkpoint(last)["data"] == checksums
-
-
-def test_epochs_per_run_counts_the_epochs_of_the_whole_invocation(two_folds, tmp_path, capsys):
-    """Under --cv, train.epochs_per_run counted per fold: a job sized for N epochs trained N of every fold
-    and overran its time limit. One epoch per run: fold 1's epoch (and its evaluation), then a stop."""
-    assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=1", fold="cv") == 0
-    out = capsys.readouterr().out
-    assert json.loads((tmp_path / "area_1" / "metrics.json").read_text())["complete"] is True
-    assert not (tmp_path / "area_2" / "last.pt").exists()
-    assert ("stopping before fold 2: 1 epoch trained in this run (train.epochs_per_run=1); the same command "
-            "continues with it") in out
-    assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=1", fold="cv") == 0
-    assert json.loads((tmp_path / "area_2" / "metrics.json").read_text())["complete"] is True
-    assert "fold 1: " in capsys.readouterr().out   # skipped as complete
 
 
 def test_a_stop_under_force_says_to_drop_force(two_folds, tmp_path, capsys):
