@@ -9,7 +9,7 @@ import torch
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="counts CPU tensors in Triton's interpreter")
 
 # two stages, the second of two blocks: a stage's first layer and a later one, a transition down and up (a third
-# stage repeated them: a third of the counted tests' time, each launch a pass of Triton's interpreter)
+# stage repeated them; each launch is a pass of Triton's interpreter)
 TINY = dict(blocks=(1, 2), planes=(16, 24), strides=(1, 4), neighbours=(8, 8), decoder_blocks=(1, 1), share_planes=8)
 # two stages of one block: the test forwards (the amp test counts six), each launch a pass of Triton's interpreter
 TWO_STAGES = dict(blocks=(1, 1), planes=(16, 24), strides=(1, 4), neighbours=(8, 8), decoder_blocks=(1, 1),
