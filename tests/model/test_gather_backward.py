@@ -295,7 +295,7 @@ def test_the_benchmark_times_both_scatters_and_the_sweep(interpreted, tmp_path):
     ``gather_backward.scatter("sorted")`` fails it. Its hierarchy is built on torch's path (the same lists:
     test_triton_ops.py), not the interpreted k-NN kernel, which would take half the test's time. 300 points
     leave 18 at stage 2, still more than its 16 neighbours, where 400 left 25: fewer programs a launch (each a
-    pass of the interpreter, in every timed call and sweep point; 22 CPU s before, 16 after, measured loaded)."""
+    pass of the interpreter, in every timed call and sweep point)."""
     import importlib.util
     import json
     import sys
