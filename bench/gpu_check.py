@@ -129,7 +129,7 @@ def step_info(check: Check, py: str) -> None:
     line = next((ln for ln in step["tail"].splitlines() if ln.startswith("ENV ")), None)
     if line:
         check.result["machine"] = json.loads(line[4:])
-    check.run("pointgeope_info", [py, "-m", "pointgeope", "info"], 60)
+    check.run("pointgeope_info", [py, "-m", "pointgeope", "info"], check.args.info_limit)
     check.write()
 
 
@@ -308,9 +308,9 @@ def parse_args() -> argparse.Namespace:
     add("--profile", action=argparse.BooleanOptionalAction, default=True)
     add("--fold-config", type=Path, default=Path("configs/s3dis/pt_geope.yaml"),
         help="fold_estimate: the recipe whose loop, batch_size, epochs and voxel_max a fold's time follows")
-    limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=60, published=45,
-                  tests=180, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100,
-                  graphs=110, graphs16=150, loader=60)   # graphs: two graphs and two padded steps a case
+    limits = dict(info=60, warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=60,
+                  published=45, tests=180, check=40, train=240, evaluate=120, kernels=300, published_bf16=45,
+                  norm_op=40, norm=100, graphs=110, graphs16=150, loader=60)  # graphs: 2 graphs, 2 padded steps a case
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
