@@ -148,8 +148,10 @@ def attention_cases(name: str, device: torch.device, n: int, k: int = 16, c: int
     x, q, v = (torch.randn(n, c, generator=g).to(device) for _ in range(3))
     delta, w = torch.randn(n, k, c, generator=g).to(device), torch.randn(n, k, c // s, generator=g).to(device)
     scale = torch.tensor([1.0, 2.0, 4.0] * 7, device=device)[: c // 3]
-    with forced("torch"):       # the inputs by torch's path: the kNN's and the tables' kernels have their own rows
-        idx, _ = knn(coord, coord, k, torch.tensor([n]), torch.tensor([n]))
+    # the inputs by torch's path (the kNN's and the tables' kernels have their own rows; on the CPU the default kNN
+    # backend would be numba's, compiled on its first call)
+    idx, _ = knn(coord, coord, k, torch.tensor([n]), torch.tensor([n]), backend="torch")
+    with forced("torch"):
         tables = rotation_tables(coord, scale, c)
     disp = coord[idx] - coord.unsqueeze(1)
     kernel = fused_attention.KERNELS[name]
