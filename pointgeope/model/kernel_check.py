@@ -2,7 +2,8 @@
 
 Each case runs the kernel the way the network does (through :mod:`pointgeope.model.kernels`, so a kernel that
 fails here falls back and the table says so) and its torch path on the same inputs, and reports the largest
-difference and the kernel's time (median of 3 runs after one that compiles)::
+difference and the kernel's time (median of 3 runs, after one that compiles on CUDA; the interpreter compiles
+nothing)::
 
     kernel                        path      max diff   ms
     fps 80000 -> 20000            triton    0          38.1      (differing samples)
@@ -15,7 +16,9 @@ backward, and ``rotation_tables``, ``shifted_kernel.py``); the relation's, stand
 have a second row, their backward summed the other way (``gather_backward.SCATTER``: with atomics by default, by
 source point in the second row). Sizes
 are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16, share_planes 8) and
-small under Triton's CPU interpreter (``POINTGEOPE_KERNELS=triton TRITON_INTERPRET=1``).
+the smallest under Triton's CPU interpreter (``POINTGEOPE_KERNELS=triton TRITON_INTERPRET=1``, whose time goes
+with the programs) that still end every kernel's rows in a masked tile: 72 points (18 at stride 4, more than k;
+tiles of 16 and 32 rows) and 17 queries (odd: the attention's tiles hold 1 to 4 queries; 272 pairs, tiles of 32).
 """
 from __future__ import annotations
 
@@ -76,8 +79,9 @@ def sync(device: torch.device) -> None:
 
 
 def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> tuple[object, float]:
-    """``fn()``'s result and its median time in ms over ``reps`` runs after a first one (which compiles)."""
-    out, times = timed(fn, device, reps)
+    """``fn()``'s result and its median time in ms over ``reps`` runs after a first one that compiles (on
+    CUDA; none under the interpreter, which compiles nothing and whose runs each take as long)."""
+    out, times = timed(fn, device, reps, warmup=1 if device.type == "cuda" else 0)
     return out, statistics.median(times) * 1e3
 
 
@@ -141,11 +145,15 @@ def attention_cases(name: str, device: torch.device, n: int, k: int = 16, c: int
 
     g = torch.Generator().manual_seed(2)
     coord = torch.rand(n, 3, generator=g).to(device) * 4
-    idx, _ = knn(coord, coord, k, torch.tensor([n]), torch.tensor([n]))
     x, q, v = (torch.randn(n, c, generator=g).to(device) for _ in range(3))
     delta, w = torch.randn(n, k, c, generator=g).to(device), torch.randn(n, k, c // s, generator=g).to(device)
     scale = torch.tensor([1.0, 2.0, 4.0] * 7, device=device)[: c // 3]
-    tables, disp = rotation_tables(coord, scale, c), coord[idx] - coord.unsqueeze(1)
+    # the inputs by torch's path (the kNN's and the tables' kernels have their own rows; on the CPU the default kNN
+    # backend would be numba's, compiled on its first call)
+    idx, _ = knn(coord, coord, k, torch.tensor([n]), torch.tensor([n]), backend="torch")
+    with forced("torch"):
+        tables = rotation_tables(coord, scale, c)
+    disp = coord[idx] - coord.unsqueeze(1)
     kernel = fused_attention.KERNELS[name]
     args, inputs = {"relation": (lambda a, b, d: (a, idx, b, d), [x, q, delta]),
                     "frame_relation": (lambda a, b, d: (a, idx, tables, b, d), [x, q, delta]),
@@ -172,9 +180,10 @@ def check_kernels(device: torch.device, points: int | None = None, pairs: int | 
                   reps: int = 3) -> list[CheckRow]:
     """One row per case of every registered kernel (module docstring): FPS and kNN on a crop of ``points``,
     the attention on ``pairs`` queries (default: the recipe's sizes on CUDA, small ones elsewhere), the
-    Triton kernels asked for (``POINTGEOPE_KERNELS=triton`` for the duration, in this context)."""
+    Triton kernels asked for (``POINTGEOPE_KERNELS=triton`` for the duration, in this context), each timed
+    over ``reps`` runs after one that compiles (on CUDA: the interpreter compiles nothing)."""
     small = device.type != "cuda"
-    points, pairs = points or (600 if small else 80_000), pairs or (200 if small else 20_000)
+    points, pairs = points or (72 if small else 80_000), pairs or (17 if small else 20_000)
     rows = []
     with forced("triton"):
         kernels.check_runnable(device)

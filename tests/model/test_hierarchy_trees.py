@@ -151,7 +151,7 @@ def test_the_gathered_transition_down_is_the_search_its_definition_asks_for_smal
         from pointgeope.model import kernel_choice
         if not kernel_choice.current().interpret:
             pytest.skip("the Triton kernels need CUDA or TRITON_INTERPRET=1")
-    coord, offset = _repeating_clouds([260, 37, 9, 3, 1], seed=26)
+    coord, offset = _repeating_clouds([68, 37, 9, 3, 1], seed=26)
     spec = HierarchySpec((1, 4, 4), (16, 16, 16), OpsBackends(knn=backend, fps="torch"))
     h = spec(coord, offset)
     coords = h.coords(coord)

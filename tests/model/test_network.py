@@ -223,8 +223,9 @@ def test_cloud_means_sum_in_float32_under_autocast():
 def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, path, monkeypatch, request):
     """The forward builds one GeoPE table per stage (stage_memo.shared), and its logits and every
     gradient are bit for bit those of the same network building a table per layer: on the torch path and
-    on the Triton kernels (interpreted), which keep the table for their backward. Two clouds of 80 and 40
-    points: stages of 120, 30 and 7 rows (distinct, each with a second cloud); the hierarchy's k-NN and FPS
+    on the Triton kernels (interpreted), which keep the table for their backward. Two clouds of 40 and 32
+    points: stages of 72, 18 and 5 rows (distinct, each with a second cloud; both clouds hold k = 8 at the
+    second stage, no cyclic fill); the hierarchy's k-NN and FPS
     on torch's path (the Triton ones, interpreted, would be most of the time and none of the subject)."""
     if path == "triton":
         request.getfixturevalue("interpreted_cpu")
@@ -239,7 +240,7 @@ def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, 
     built = []
     build = rotation._build_tables
     monkeypatch.setattr(rotation, "_build_tables", lambda *a: built.append(a[0].shape[0]) or build(*a))
-    coord, feat, offset = _batch((80, 40))
+    coord, feat, offset = _batch((40, 32))
     runs = shared_and_alone(monkeypatch, built, pe, tiny, coord, feat, offset)
     (shared, shared_grads, shared_built), (alone, alone_grads, alone_built) = runs
     assert torch.equal(shared, alone)

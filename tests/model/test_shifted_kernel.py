@@ -51,8 +51,9 @@ def ran(interpreted_cpu):
 @pytest.mark.parametrize("transpose", [False, True])
 def test_the_kernel_is_torchs_path(ran, geometry, features, channels, transpose):
     """Points ``(N, C)`` by tables ``(5, N, C)``; pairs ``(N, k, C)`` by the queries' ``(5, N, 1, C)`` minus
-    ``(N, 1, C)``, into a new tensor and into ``out=``; features in the geometry's dtype or bfloat16."""
-    pos, scale, tables, x, m, pairs = _inputs(channels, geometry)
+    ``(N, 1, C)``, into a new tensor and into ``out=``; features in the geometry's dtype or bfloat16. 17 points
+    of 2 neighbours: a full row tile of 16 and a masked second, for the points (17 rows) and the pairs (34)."""
+    pos, scale, tables, x, m, pairs = _inputs(channels, geometry, n=17, k=2)
     x, pairs = (x, pairs) if features is None else (x.to(features), pairs.to(features))
     _same(apply_shifted(x, tables, transpose=transpose), rotation._shifted_torch(x, tables, None, transpose, None))
     queries, minus = tables.unsqueeze(-2), m.unsqueeze(1)

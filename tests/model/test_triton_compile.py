@@ -52,65 +52,73 @@ def test_the_kernels_compile_for_sm90_the_ops_with_one_rounding_per_operation_an
 
 @pytest.mark.parametrize("flag, rc, said", [("--help", 0, "usage: triton_compile_check.py [-h] [--quick]"),
                                             ("--quik", 2, "unrecognized arguments: --quik")])
-def test_the_compile_check_says_its_usage_and_refuses_unknown_flags(flag, rc, said):
+def test_the_compile_check_says_its_usage_and_refuses_unknown_flags(flag, rc, said, monkeypatch, capsys):
     """``--help`` prints the options and a typo exits 2, before any kernel compiles (both used to start the
-    full compile of every kernel for sm_80 and sm_90)."""
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "triton_compile_check.py"), flag],
-                          capture_output=True, text=True, timeout=120, check=False)
-    said_here = " ".join((proc.stdout + proc.stderr).split())  # argparse wraps the usage to COLUMNS
-    assert proc.returncode == rc and said in said_here, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert '"kernels"' not in proc.stdout
+    full compile of every kernel for sm_80 and sm_90): the script's ``main`` in this process (a new interpreter
+    would spend its time importing torch and Triton, not parsing)."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import triton_compile_check as check
+
+    monkeypatch.setattr(sys, "argv", ["triton_compile_check.py", flag])
+    with pytest.raises(SystemExit) as exited:
+        check.main()
+    out = capsys.readouterr()
+    said_here = " ".join((out.out + out.err).split())  # argparse wraps the usage to COLUMNS
+    assert exited.value.code == rc and said in said_here, out.out[-2000:] + out.err[-2000:]
+    assert '"kernels"' not in out.out
 
 
-TABLES_TTIR = """
-import triton
+TABLES_NAMES = ["pos_ptr", "scale_ptr", "out_ptr", "N", "C", "NB", "F64", "BLOCK_R", "BLOCK_C"]
+# One interpreter (its imports of torch and Triton took most of each test's time) compiles, for sm_90, the
+# tables kernel to TTIR and the norm's reductions to PTX; each test reads its part.
+COMPILED = """
+import sys
+sys.path.insert(0, "bench")
+import inspect, json, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from pointgeope.model import shifted_kernel, triton_rotation
+import triton_compile_check as check
 names = {names!r}
 meta = dict(F64=False, BLOCK_R=shifted_kernel.TABLE_R, BLOCK_C=shifted_kernel.TABLE_C)
 sig = {{n: "constexpr" if n in meta else "*fp32" if n.endswith("_ptr") else "i32" for n in names}}
 src = ASTSource(fn=triton_rotation.tables, signature=sig, constexprs={{(names.index(k),): v for k, v in meta.items()}})
-print(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=shifted_kernel.WARPS)).asm["ttir"])
+out = {{"tables_ttir": triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                    options=dict(num_warps=shifted_kernel.WARPS)).asm["ttir"], "norm_ptx": {{}}}}
+for name, kernel, sig, meta, options in check._norm_at(64, "bf16", True, prefix=True):
+    if name.startswith(("norm_statistics", "norm_grad_sums")):
+        names = list(inspect.signature(kernel.fn).parameters)
+        src = ASTSource(fn=kernel, signature={{n: "constexpr" if n in meta else sig[n] for n in names}},
+                        constexprs={{(names.index(k),): v for k, v in meta.items()}})
+        out["norm_ptx"][name] = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+print(json.dumps(out))
 """
 
 
-def test_the_tables_kernel_addresses_its_planes_in_64_bits():
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    """``COMPILED``'s output: the tables kernel's TTIR and the norm reductions' PTX, for sm_90."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", COMPILED.format(names=TABLES_NAMES)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_the_tables_kernel_addresses_its_planes_in_64_bits(compiled):
     """``triton_rotation.tables`` writes ``(5, N, C)``: plane ``s`` starts at ``s N C``, past 2^31 from ``N C =
     2^29`` (a 16 x 80k batch's 1.28M points at width 420 and up). The sizes ``N`` and ``C`` arrive as 32-bit
     arguments; compiled for sm_90, no 32-bit product may take either (it would wrap, and planes 2..4 be written at
     wrong addresses)."""
     import re
 
-    names = ["pos_ptr", "scale_ptr", "out_ptr", "N", "C", "NB", "F64", "BLOCK_R", "BLOCK_C"]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", TABLES_TTIR.format(names=names)], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    head = re.search(r"tt\.func public @tables\((.*)", proc.stdout).group(1)
+    ttir = compiled["tables_ttir"]
+    head = re.search(r"tt\.func public @tables\((.*)", ttir).group(1)
     args = re.findall(r"(%[\w.]+): ", head)                          # the arguments' SSA names, in order
-    sizes = {args[names.index("N")], args[names.index("C")]}
-    products = re.findall(r"arith\.muli (%[\w.]+), (%[\w.]+) : i32\b", proc.stdout)
+    sizes = {args[TABLES_NAMES.index("N")], args[TABLES_NAMES.index("C")]}
+    products = re.findall(r"arith\.muli (%[\w.]+), (%[\w.]+) : i32\b", ttir)
     assert products and not [p for p in products if sizes & set(p)], products
-
-
-NORM_PTX = """
-import sys
-sys.path.insert(0, "bench")
-import inspect, json, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-import triton_compile_check as check
-out = {}
-for name, kernel, sig, meta, options in check._norm_at(64, "bf16", True, prefix=True):
-    if name.startswith(("norm_statistics", "norm_grad_sums")):
-        names = list(inspect.signature(kernel.fn).parameters)
-        src = ASTSource(fn=kernel, signature={n: "constexpr" if n in meta else sig[n] for n in names},
-                        constexprs={(names.index(k),): v for k, v in meta.items()})
-        out[name] = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
-print(json.dumps(out))
-"""
 
 
 def _ticket_order(ptx: str) -> list[str]:
@@ -123,19 +131,14 @@ def _ticket_order(ptx: str) -> list[str]:
     return [kind for line in ptx.splitlines() for kind, pattern in kinds if re.search(pattern, line)]
 
 
-def test_the_norm_reductions_order_their_partials_before_the_ticket_and_read_them_after():
+def test_the_norm_reductions_order_their_partials_before_the_ticket_and_read_them_after(compiled):
     """The last program of a channel block reads partials other programs stored in the same launch, which the
     interpreter (programs one after another) cannot check: compiled for sm_90, each of ``statistics`` and
     ``grad_sums`` stores its partials, then a barrier of its threads, then one atomic on the ticket,
     acquire-release at GPU scope and predicated (one thread), its result broadcast through shared memory and a
     barrier, and only then loads of the partials, past L1 (``.cg``): the CUDA memory model's release by one
     thread after a CTA barrier and acquire before one (the last-block reduction of the CUDA samples)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", NORM_PTX], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ptxs = json.loads(proc.stdout)
+    ptxs = compiled["norm_ptx"]
     assert {name.split("_bf16")[0] for name in ptxs} == {"norm_statistics", "norm_grad_sums"}
     for name, ptx in ptxs.items():
         atoms = [line.strip() for line in ptx.splitlines() if "atom." in line]

@@ -64,7 +64,8 @@ def test_knn_breaks_exact_ties_and_duplicates_by_the_smaller_row():
 
 def test_knn_is_deterministic_and_agrees_with_the_cpu_backends_without_ties():
     rng = np.random.default_rng(2)
-    points, off = _packed([_random(200, rng), _random(80, rng)])
+    # two clouds: of 48 points (a second, masked tile of 32 queries and of 32 support points) and of 20 (> k)
+    points, off = _packed([_random(48, rng), _random(20, rng)])
     a = knn(points, points, 16, off, off, backend="triton")
     b = knn(points, points, 16, off, off, backend="triton")
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
@@ -150,7 +151,8 @@ def test_the_loaders_hierarchy_equals_the_triton_one():
     distance equal, bit for bit (ties to the smaller row on every backend)."""
     rng = np.random.default_rng(4)
     room = np.round(rng.random((100, 3)) * np.array([2.0, 1.5, 1.0]), 2)
-    clouds = [_random(120, rng), _grid(120, rng), room, np.full((9, 3), 0.5), _random(3, rng), _grid(2, rng),
+    # (68 random and grid points: 17 at the second stage, more than its k, 5 at the last)
+    clouds = [_random(68, rng), _grid(68, rng), room, np.full((9, 3), 0.5), _random(3, rng), _grid(2, rng),
               _random(1, rng)]
     coord, offset = _packed(clouds)
     strides, neighbours = (1, 4, 4), (8, 16, 16)
