@@ -238,22 +238,17 @@ def test_the_chosen_gpu_becomes_the_current_one(monkeypatch, preference, local_r
     assert made == ([] if current is None else [current])
 
 
-# Three runs in one pair of processes (a script that trains, then evaluates): setup, one all-reduce, cleanup. Rank 1
-# is forked from rank 0 after the imports, before any torch op or thread: one import for the two.
+# Three runs in one pair of processes (a script that trains, then evaluates): setup, one all-reduce, cleanup.
 RUNS = """
 import os, sys, torch
 import torch.distributed as dist
 from pointgeope.engine import distributed
-rank = int(os.fork() == 0)
-os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
 for _ in range(3):
     env = distributed.setup("cpu")
     total = torch.tensor([env.rank + 1.0])
     dist.all_reduce(total)
-    os.write(1, f"{rank} {int(total.item())} {len(os.listdir('/proc/self/task'))}\\n".encode())  # one write a line
+    print(int(total.item()), len(os.listdir("/proc/self/task")), flush=True)
     distributed.cleanup()
-if rank == 0:
-    sys.exit(os.waitstatus_to_exitcode(os.wait()[1]))
 """
 
 
@@ -267,11 +262,20 @@ def test_a_process_group_made_again_after_cleanup_works_and_holds_no_more_thread
     import subprocess
     import sys
 
-    env = dict(os.environ, WORLD_SIZE="2", OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    done = subprocess.run([sys.executable, "-c", RUNS], cwd=Path(__file__).parents[2], text=True, env=env,
-                          capture_output=True, timeout=90, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for rank in "01":
-        runs = [line.split()[1:] for line in done.stdout.splitlines() if line.split()[0] == rank]
-        assert [total for total, _ in runs] == ["3", "3", "3"], done.stdout
-        assert len({threads for _, threads in runs}) == 1, done.stdout   # 5, 8, 11 on rank 0 before
+    port = free_port()
+    ranks = [subprocess.Popen([sys.executable, "-c", RUNS], cwd=Path(__file__).parents[2], text=True,
+                              env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", OMP_NUM_THREADS="1",
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=90) for p in ranks]
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for p, (out, err) in zip(ranks, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+        runs = [line.split() for line in out.splitlines()]
+        assert [total for total, _ in runs] == ["3", "3", "3"], out
+        assert len({threads for _, threads in runs}) == 1, out   # 5, 8, 11 on rank 0 before
