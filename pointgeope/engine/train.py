@@ -64,7 +64,8 @@ from pointgeope.plural import counted
 def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv,
                budget: EpochBudget, said: set[str]) -> dict:
     """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank). Stops the
-    invocation (:class:`StopRun`) once ``budget`` is spent; ``said``: the warnings the command has printed."""
+    invocation (:class:`~pointgeope.engine.fold_runs.StopRun`) once ``budget`` is spent; ``said``: the warnings the
+    command has printed."""
     run, device = Path(cfg.train.run_dir) / fold_folder_name(fold), env.device
     test_areas, train_areas = list(folds[fold].test), list(folds[fold].train)
     log = Log(run / "log.txt" if env.is_main else None)
