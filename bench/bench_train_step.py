@@ -154,11 +154,11 @@ def make_inputs(points: int, clouds: int, device: torch.device, spec) -> dict:
     start = time.perf_counter()
     hierarchy = spec(coord_cpu, offset_cpu)                     # what a loader worker computes
     loader_cpu_s = time.perf_counter() - start
-    from torch_geometric.data import Batch, Data
+    from pointgeope.data.points import Points, collate
 
     bounds = [0] + offset_cpu.tolist()
-    cpu_batch = Batch.from_data_list([Data(pos=coord_cpu[a:b], x=feat[a:b], y=label[a:b])
-                                      for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    cpu_batch = collate([Points(pos=coord_cpu[a:b], x=feat[a:b], y=label[a:b])     # the loader's batch
+                         for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
     cpu_batch = cpu_batch.pin_memory() if device.type == "cuda" else cpu_batch
     return {"coord": coord_cpu.to(device), "feat": feat.to(device), "offset": offset_cpu.to(device),
             "label": label.to(device), "hierarchy": hierarchy.to(device), "coord_cpu": coord_cpu,

@@ -26,7 +26,7 @@ import importlib.util
 # The import name of each package of the toolkit extra (and of the nn extra it includes) -> its distribution
 # on PyPI, as pyproject.toml lists them (tests/test_extras.py checks that the two agree).
 TOOLKIT_MODULES = {
-    "torch_geometric": "torch-geometric",   # the data pipeline's batches (the nn extra)
+    "torch_geometric": "torch-geometric",   # the PyG layer (the nn extra); a loader over PyG Data samples
     "scipy": "scipy",
     "h5py": "h5py",
     "pandas": "pandas",

@@ -120,3 +120,21 @@ def test_a_package_one_path_uses_is_not_imported_at_module_level(path, package):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
         assert not [n for n in names if n == package or n.startswith(package + ".")], f"{path}: imports {names}"
+
+
+def test_the_commands_implementations_import_no_torch_geometric():
+    """torch_geometric's import (~3.5 s of CPU, with torch._dynamo) was half of what ``train``, ``evaluate`` and
+    ``predict`` paid before their first step, for its ``Data`` and ``Batch`` alone; the data path's samples and
+    batches are now ``pointgeope.data.points.Points``. A fresh process imports the three implementations and a
+    batch's collation; neither package is imported (PyG's layer, ``pointgeope.nn``, still imports it)."""
+    code = ("import sys, pointgeope.engine.train, pointgeope.engine.evaluate, pointgeope.engine.predict\n"
+            "from pointgeope.data.loader import make_loader\n"
+            "from pointgeope.data.points import Points\n"
+            "import torch\n"
+            "batch = next(iter(make_loader([Points(pos=torch.zeros(2, 3), x=torch.zeros(2, 3))] * 2, 2)))\n"
+            "print(type(batch).__name__, batch.num_graphs, [m for m in ('torch_geometric', 'torch._dynamo') "
+            "if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["Points", "2", "[]"]

@@ -1,7 +1,7 @@
 """Prepared S3DIS rooms (HDF5), training blocks, transforms and batches.
 
 The names below are imported lazily (PEP 562), so importing one light submodule (``pointgeope.data.check``,
-``pointgeope.data.rooms``) does not pull in torch and torch_geometric. The HDF5 layout itself is
+``pointgeope.data.rooms``) does not pull in torch. The HDF5 layout itself is
 ``pointgeope/h5.py``.
 """
 from importlib import import_module
@@ -10,7 +10,7 @@ from importlib import import_module
 _EXPORTS = {
     "load_folds": "folds", "Fold": "folds",
     "S3DISTrain": "dataset", "room_sample": "dataset", "sample_rng": "dataset",
-    "make_loader": "loader", "set_epoch": "loader",
+    "make_loader": "loader", "set_epoch": "loader", "Points": "points", "collate": "points",
     "voxel_sample": "voxelize", "random_crop": "voxelize", "crop_nearest": "voxelize",
     "voxel_fragments": "fragments", "split_into_crops": "fragments", "room_pieces": "fragments",
     "s3dis_train_transform": "transforms",

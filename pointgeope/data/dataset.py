@@ -10,7 +10,7 @@ resumed run sees exactly the same samples; call ``set_epoch`` before each epoch)
 3. grid sampling at ``grid_size`` (0.04 m): one random point per occupied voxel (``voxel_sample``);
 4. if more than ``voxel_max`` (80,000) points remain, keep the ``voxel_max`` nearest to a random one;
 5. shuffle the points (PTv1), shift ``coord`` so the block's minimum is 0 again;
-6. ``Data(pos (N,3) float32, x (N,6|7) float32 = [rgb/255 | pos | (height)], y (N,) int64)``
+6. ``Points(pos (N,3) float32, x (N,6|7) float32 = [rgb/255 | pos | (height)], y (N,) int64)``
    (``color=False``: ``x = [pos | (height)]``, 3 or 4 channels), ``x`` checked finite
    (:mod:`pointgeope.data.sample_check`: a refusal names the room and its point).
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 from torch.utils.data import Dataset
-from torch_geometric.data import Data
 
+from pointgeope.data.points import Points
 from pointgeope.data.rooms import RoomRef, RoomStore, list_area_rooms
 from pointgeope.data.sample_check import ROW, check_sample
 from pointgeope.data.transforms import (
@@ -110,13 +110,13 @@ class S3DISTrain(Dataset):
 
     checks_samples = True           # __getitem__ checks each sample's x: the loader does not again (sample_check)
 
-    def __getitem__(self, index: int) -> Data:
+    def __getitem__(self, index: int) -> Points:
         data = self.to_data(self.sample(index)[0])
         check_sample(self, index, data.x)
         return data
 
     def sample(self, index: int, rows: bool = False) -> tuple[Sample, np.random.Generator]:
-        """Sample ``index`` of the current epoch before its ``Data`` (steps 1-5 of the module docstring), and
+        """Sample ``index`` of the current epoch before its ``Points`` (steps 1-5 of the module docstring), and
         its generator after them; with ``rows`` it also carries each point's row in its room (``"row"``,
         :mod:`pointgeope.data.sample_check`, which names a refused point with it)."""
         if not 0 <= index < len(self):

@@ -1,10 +1,11 @@
-"""Batches of blocks: ``torch_geometric.loader.DataLoader`` with seeded workers and a shardable sampler.
+"""Batches of blocks: a ``DataLoader`` with seeded workers and a shardable sampler.
 
-A batch is a ``torch_geometric.data.Batch``; the model's ``offset`` is ``batch.ptr[1:]`` (cumulative
-point counts). The order of samples comes from a ``DistributedSampler``: the one a DDP run passes
-(each rank gets its shard), or by default one with a single replica, which shuffles with
-``seed + epoch`` exactly as the DDP one does. ``set_epoch(loader, epoch)`` advances both the sampler
-and the dataset, so epoch ``e`` is reproducible on its own (resume) whatever the number of workers.
+A batch of ``Points`` samples is a ``Points`` (:func:`pointgeope.data.points.collate`); the model's ``offset`` is
+``batch.ptr[1:]`` (cumulative point counts). A dataset whose samples are torch_geometric ``Data`` gets PyG's
+``Batch`` from PyG's own collation, as before pointgeope had ``Points``. The order of samples comes from a
+``DistributedSampler``: the one a DDP run passes (each rank gets its shard), or by default one with a single
+replica, which shuffles with ``seed + epoch`` exactly as the DDP one does. ``set_epoch(loader, epoch)`` advances
+both the sampler and the dataset, so epoch ``e`` is reproducible on its own (resume) whatever the number of workers.
 
 Workers are not persistent: each epoch's iterator forks workers from the main process, which carry the
 dataset's current epoch (a persistent worker would keep a stale copy).
@@ -28,9 +29,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
-from torch_geometric.data import Batch
-from torch_geometric.loader.dataloader import Collater
 
+from pointgeope.data.points import Points, collate
 from pointgeope.data.sample_check import checks_its_samples
 from pointgeope.geope_checks import check_finite
 
@@ -46,14 +46,23 @@ def seed_worker(worker_id: int) -> None:
 
 
 class _CollateThen:
-    """PyG's collation of ``Data`` items into a ``Batch``, its features ``x`` checked finite, then
-    ``transform(batch)`` (picklable for workers)."""
+    """The collation of ``Points`` samples into a ``Points`` batch (or of PyG ``Data`` into PyG's ``Batch``),
+    its features ``x`` checked finite, then ``transform(batch)`` (picklable for workers)."""
 
-    def __init__(self, dataset: Dataset, transform: Callable[[Batch], Batch] | None):
-        self.collate, self.transform = Collater(dataset), transform
+    def __init__(self, dataset: Dataset, transform: Callable | None):
+        self.dataset, self.transform, self.pyg = dataset, transform, None
         self.check = not checks_its_samples(dataset)       # pointgeope's datasets checked each sample already
 
-    def __call__(self, items: list) -> Batch:
+    def collate(self, items: list):
+        if all(isinstance(item, Points) for item in items):
+            return collate(items)
+        if self.pyg is None:                  # torch_geometric imported only for a dataset of its samples
+            from torch_geometric.loader.dataloader import Collater
+
+            self.pyg = Collater(self.dataset)
+        return self.pyg(items)
+
+    def __call__(self, items: list):
         for i, item in enumerate(items if self.check else ()):
             if isinstance(x := getattr(item, "x", None), torch.Tensor):
                 check_finite(f"x (the input features of the batch's sample {i + 1} of {len(items)}, in its own rows)",
@@ -64,8 +73,9 @@ class _CollateThen:
 
 def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, num_workers: int = 0,
                 seed: int = 0, sampler: Sampler | None = None, drop_last: bool = False,
-                pin_memory: bool = False, batch_transform: Callable[[Batch], Batch] | None = None) -> DataLoader:
-    """A ``DataLoader`` over ``dataset`` (items ``Data``) that yields ``torch_geometric`` ``Batch`` objects.
+                pin_memory: bool = False, batch_transform: Callable | None = None) -> DataLoader:
+    """A ``DataLoader`` over ``dataset`` (items ``Points``, or PyG ``Data``) that yields batches (``Points``, or
+    PyG ``Batch``).
 
     Args:
         dataset: e.g. ``S3DISTrain``.

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch_geometric.data import Batch
+
+from pointgeope.data.points import Points
 
 
 def mixed_offsets(offset: torch.Tensor) -> torch.Tensor:
@@ -30,7 +31,7 @@ def mixed_offsets(offset: torch.Tensor) -> torch.Tensor:
 
 
 class Mix3D:
-    """Batch transform ``batch -> batch`` (the loader's ``batch_transform``): a new ``Batch`` whose ``ptr``
+    """Batch transform ``batch -> batch`` (the loader's ``batch_transform``): a new ``Points`` whose ``ptr``
     and ``batch`` describe the merged pairs when ``batch.mix_draw[0] < mix_prob``, else the batch as it is.
     The input batch is never changed (its tensors are shared)."""
 
@@ -39,7 +40,7 @@ class Mix3D:
             raise ValueError(f"expected mix_prob in [0, 1], got {mix_prob}")
         self.mix_prob = mix_prob
 
-    def __call__(self, batch: Batch) -> Batch:
+    def __call__(self, batch: Points) -> Points:
         if "mix_draw" not in batch:
             raise KeyError("Mix3D expected batches of samples with a 'mix_draw' (S3DISTrainPTv3's), got keys "
                            + str(sorted(batch.keys())))
@@ -50,7 +51,6 @@ class Mix3D:
         out = copy.copy(batch)
         out.ptr = new_ptr
         out.batch = torch.div(batch.batch, 2, rounding_mode="floor")
-        out._num_graphs = new_ptr.numel() - 1
         return out
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ Sample ``index`` of epoch ``e`` (``S3DISTrainPTv3``), from room ``index % num_ro
    0.02 m with ``grid_coord``, the 60 % sphere crop, at most 204,800 points, centre x/y, colour / 255);
 3. :func:`ptv3_data`::
 
-       Data(pos (N, 3) float32, x (N, 6) float32 = [rgb | normal], y (N,) int64,
+       Points(pos (N, 3) float32, x (N, 6) float32 = [rgb | normal], y (N,) int64,
             grid_coord (N, 3) int64, mix_draw (1,) float32)
 
    (``x = [rgb | xyz]`` with ``data.normal: false``, :mod:`pointgeope.data.features`).
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
 from pointgeope.data.dataset import S3DISTrain, room_sample, sample_rng
 from pointgeope.data.features import feature_channels, feature_names
+from pointgeope.data.points import Points
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
 from pointgeope.data.rooms import FIELDS, RoomRef, RoomStore
 from pointgeope.data.sample_check import ROW, check_sample
@@ -42,8 +42,8 @@ from pointgeope.h5 import NORMAL, SchemaError, open_area
 from pointgeope.plural import counted
 
 
-def ptv3_data(sample: Sample, color: bool = True, mix_draw: float | None = None, normal: bool = False) -> Data:
-    """``Data(pos, x, y, grid_coord)`` of a PTv3 block whose colour is already 0..1 (``NormalizeColor``) and
+def ptv3_data(sample: Sample, color: bool = True, mix_draw: float | None = None, normal: bool = False) -> Points:
+    """``Points(pos, x, y, grid_coord)`` of a PTv3 block whose colour is already 0..1 (``NormalizeColor``) and
     which carries ``grid_coord``; with ``mix_draw`` also that. ``x`` is ``[rgb | xyz]``, with ``normal``
     ``[rgb | normal]`` (the sample's ``"normal"``), ``[xyz]`` or ``[normal]`` without ``color``."""
     if "grid_coord" not in sample:
@@ -55,7 +55,7 @@ def ptv3_data(sample: Sample, color: bool = True, mix_draw: float | None = None,
     geometry = np.asarray(sample[NORMAL], dtype=np.float32) if normal else coord
     parts = ([np.asarray(sample["color"], dtype=np.float32)] if color else []) + [geometry]
     x = np.concatenate(parts, axis=1) if len(parts) > 1 else geometry.copy()
-    data = Data(pos=torch.from_numpy(coord.copy()), x=torch.from_numpy(x),
+    data = Points(pos=torch.from_numpy(coord.copy()), x=torch.from_numpy(x),
                 y=torch.from_numpy(np.asarray(sample["label"], dtype=np.int64).copy()),
                 grid_coord=torch.from_numpy(np.asarray(sample["grid_coord"], dtype=np.int64).copy()))
     if mix_draw is not None:
@@ -100,7 +100,7 @@ class S3DISTrainPTv3(S3DISTrain):
 
     checks_samples = True           # __getitem__ checks each sample's x: the loader does not again (sample_check)
 
-    def __getitem__(self, index: int) -> Data:
+    def __getitem__(self, index: int) -> Points:
         sample, rng = self.sample(index)
         data = ptv3_data(sample, self.color, mix_draw=float(rng.random()), normal=self.normal)
         check_sample(self, index, data.x)

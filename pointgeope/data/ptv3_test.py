@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import numpy as np
-from torch_geometric.data import Data
 
 from pointgeope.data.fragments import VoxelFragments
+from pointgeope.data.points import Points
 from pointgeope.data.ptv3_dataset import ptv3_data
 from pointgeope.data.ptv3_transforms import CenterShift, NormalizeColor, pointcept_grid
 from pointgeope.data.transforms import Sample, _replace, take_points
@@ -76,8 +76,8 @@ class ViewFragments:
     def __len__(self) -> int:
         return len(self.fragments)
 
-    def piece(self, f: int, color: bool = True, normal: bool = False) -> tuple[np.ndarray, Data]:
-        """``(room index (V,) int64, Data(pos, x, y, grid_coord))`` of fragment ``f``, centred in x and y
+    def piece(self, f: int, color: bool = True, normal: bool = False) -> tuple[np.ndarray, Points]:
+        """``(room index (V,) int64, Points(pos, x, y, grid_coord))`` of fragment ``f``, centred in x and y
         (``x`` as :func:`~pointgeope.data.ptv3_dataset.ptv3_data` makes it with ``color`` and ``normal``)."""
         index = self.fragments[f]
         part = take_points(self.view, index)
@@ -88,9 +88,9 @@ class ViewFragments:
 def ptv3_room_pieces(sample: Sample, grid_size: float, seed: int, color: bool = True,
                      views: tuple[tuple[float, bool], ...] = PTV3_TEST_VIEWS, max_fragments: int | None = None,
                      on_view: Callable[[ViewFragments], None] | None = None,
-                     normal: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, Data]]:
+                     normal: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, Points]]:
     """Every piece of every view of ``sample`` (a ``room_sample``, colour 0..255), view after view, lazily:
-    ``(room index, Data)``. View ``v`` shuffles its voxels' points with ``default_rng([seed, v])``; each
+    ``(room index, Points)``. View ``v`` shuffles its voxels' points with ``default_rng([seed, v])``; each
     view's ``ViewFragments`` goes to ``on_view`` before its pieces; ``max_fragments`` keeps the first of each
     view (None: all, the published test). ``normal``: the room's ``(N, 3)`` unit normals, for the features
     ``[rgb | normal]`` (None: ``[rgb | xyz]``)."""

@@ -12,7 +12,7 @@ Representation. A sample in the pipeline is a ``dict`` of numpy arrays (one row 
 Every transform is called as ``t(sample, rng)`` with the sample's ``np.random.Generator`` (no global
 random state), returns a NEW dict and never writes into the arrays of its input (arrays it does not
 change are shared between input and output, so no one downstream may write into them either).
-``ToData`` ends the pipeline with a ``torch_geometric.data.Data``.
+``ToData`` ends the pipeline with a ``torch_geometric.data.Points``.
 
 Default S3DIS training augmentation (``s3dis_train_transform()``, ``data.augment: ptv1``): the set of
 Point Transformer's own S3DIS training script (Zhao et al. 2021, POSTECH-CVLab/point-transformer
@@ -32,10 +32,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
 from pointgeope.data.features import feature_channels, feature_names
 from pointgeope.data.hsv import shift_hue_saturation
+from pointgeope.data.points import Points
 from pointgeope.data.rotate import check_axis, rotate_about
 from pointgeope.data.voxelize import column_min
 
@@ -329,7 +329,7 @@ class AddNormalizedHeight(Transform):
 
 
 class ToData(Transform):
-    """End of the pipeline: ``Data(pos, x, y)``, ``x`` the network's input features in this layout (a
+    """End of the pipeline: ``Points(pos, x, y)``, ``x`` the network's input features in this layout (a
     checkpoint records it as ``predict.features``, see ``pointgeope/engine/checkpoint.py``)::
 
         x: [ r g b | x y z ]        rgb = color / 255, xyz = coord      (in_channels = 6)
@@ -351,7 +351,7 @@ class ToData(Transform):
         """The channels of ``x`` (:mod:`pointgeope.data.features`, the layout's one owner)."""
         return feature_channels(feature_names(color=self.color, height=self.height))
 
-    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Data:
+    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Points:
         coord = np.asarray(sample["coord"], dtype=np.float32)
         parts = [np.asarray(sample["color"], dtype=np.float32) / 255.0] if self.color else []
         parts.append(coord)
@@ -361,7 +361,7 @@ class ToData(Transform):
                                "(apply AddNormalizedHeight first), got keys " + str(sorted(sample)))
             parts.append(np.asarray(sample["height"], dtype=np.float32)[:, None])
         x = np.concatenate(parts, axis=1) if len(parts) > 1 else coord.copy()
-        return Data(pos=torch.from_numpy(coord.copy()), x=torch.from_numpy(x),
+        return Points(pos=torch.from_numpy(coord.copy()), x=torch.from_numpy(x),
                     y=torch.from_numpy(np.asarray(sample["label"], dtype=np.int64).copy()))
 
 

@@ -96,7 +96,7 @@ def wait_for_side_stream(event: torch.cuda.Event, tensors: Iterable[Tensor], hie
 
 
 class HierarchyAhead:
-    """Iterate ``loader`` (PyG batches with ``pos`` and ``ptr``) as device batches that carry their
+    """Iterate ``loader`` (batches with ``pos`` and ``ptr``: ``Points``, or PyG's) as device batches that carry their
     ``hierarchy``, each made by a background thread on a side CUDA stream while the previous one trains
     (module docstring); ``len`` is the loader's."""
 

@@ -44,7 +44,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
 from pointgeope.constants import FOLD_NAME, class_names
@@ -53,6 +52,7 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
+from pointgeope.data.points import Points
 from pointgeope.data.ptv3_dataset import check_normals
 from pointgeope.data.ptv3_test import feature_normals, ptv3_room_pieces
 from pointgeope.data.rooms import RoomRef
@@ -121,8 +121,8 @@ class _Layout:
 
 
 def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, layout: _Layout,
-                 show_progress: bool, normal: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, Data]]:
-    """``(room index, Data)`` of every piece of every view of the room, in order (module docstring); fills
+                 show_progress: bool, normal: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, Points]]:
+    """``(room index, Points)`` of every piece of every view of the room, in order (module docstring); fills
     ``layout``."""
     if cfg.eval.protocol == "ptv3":
         yield from _ptv3_pieces(coord, color, cfg, seed, layout, show_progress, normal)
@@ -143,9 +143,9 @@ def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
 
 
 def _ptv3_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, layout: _Layout,
-                 show_progress: bool, normal: np.ndarray | None) -> Iterator[tuple[np.ndarray, Data]]:
+                 show_progress: bool, normal: np.ndarray | None) -> Iterator[tuple[np.ndarray, Points]]:
     """``eval.protocol: ptv3``: Pointcept's 10 views and grid-sample fragments (:mod:`pointgeope.data.ptv3_test`),
-    each piece a ``Data`` with ``grid_coord``; no crop, no ``eval.tta`` (its views are the protocol's); with
+    each piece a ``Points`` with ``grid_coord``; no crop, no ``eval.tta`` (its views are the protocol's); with
     ``data.normal`` the room's ``normal`` (N, 3) goes along, ``x = [rgb | normal]``."""
     if cfg.eval.tta != TTAConfig():
         raise UserError(f"eval.protocol=ptv3 has its own 10 test views; expected the default eval.tta, "

@@ -4,7 +4,7 @@ and trains it otherwise (:func:`pointgeope.engine.train.train_fold`), within the
 (``train.epochs_per_run``, :class:`EpochBudget`).
 
 This module imports what a fold's skip or refusal needs (torch, to read a ``last.pt``), not the training stack:
-:mod:`pointgeope.engine.train` (the model, torch_geometric with torch._dynamo, the data loaders) is imported when a
+:mod:`pointgeope.engine.train` (the model, the data loaders) is imported when a
 fold is to be trained, so that a rerun whose folds are complete (each trial of an ablation's rerun is one such
 process) or refused says so in about 2.8 CPU s instead of 7 (measured with ``/usr/bin/time`` on the 2-core test
 machine).

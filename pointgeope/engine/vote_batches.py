@@ -2,7 +2,7 @@
 
 :func:`packed` is the one rule that groups pieces into batches (in their order, at most ``limit`` points
 each, a larger piece alone, and only pieces of one :func:`piece_key`), for the batches first made and for those
-split again. :func:`stack` puts pieces (``(room index (n_i,), Data(pos, x))``) one after another into one forward's
+split again. :func:`stack` puts pieces (``(room index (n_i,), Points(pos, x))``) one after another into one forward's
 input, :class:`VoteSink` runs it and adds each piece's scores to its points::
 
     pos = [pos_1; pos_2; ...]   (M, 3)      offset = cumsum(n_i)   (B,)      M = sum n_i <= batch_points
@@ -28,8 +28,8 @@ from typing import NamedTuple, TypeVar
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
+from pointgeope.data.points import Points
 from pointgeope.engine import build
 from pointgeope.engine.ahead import copy_and_build, wait_for_side_stream
 from pointgeope.engine.config import Config
@@ -64,7 +64,7 @@ def packed(items: Iterable[T], size: Callable[[T], int], limit: int,
         yield group
 
 
-def piece_key(piece: tuple[np.ndarray, Data]) -> int | None:
+def piece_key(piece: tuple[np.ndarray, Points]) -> int | None:
     """What the pieces of one batch must share (:func:`packed`'s ``key``): a PTv3 piece's (one with
     ``grid_coord``) serialization depth, ``serialization_depth(grid_coord)`` (the bits of its
     ``max(grid_coord) + 1``), which its network takes batch-wide; None for PTv1's pieces, which any batch holds."""
@@ -88,7 +88,7 @@ class PieceBatch(NamedTuple):
     grid_coord: torch.Tensor | None = None
 
 
-def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool, device: torch.device | None = None) -> PieceBatch:
+def stack(pieces: list[tuple[np.ndarray, Points]], spec, pin: bool, device: torch.device | None = None) -> PieceBatch:
     """One batch of ``pieces``, pinned for the copy with ``pin``; with ``spec`` its hierarchy: on the host,
     or with a CUDA ``device`` copied there and built on this thread's side stream (``ahead.copy_and_build``)."""
     pos = torch.cat([data.pos for _, data in pieces])

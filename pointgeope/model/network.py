@@ -204,8 +204,9 @@ class PointTransformerSeg(nn.Module):
 
     Shapes:
         ``coord (N, 3)``, ``feat (N, in_channels)``, ``offset (B,)`` cumulative counts, a tensor or a host list
-        -> ``(N, num_classes)``; or a single ``torch_geometric`` ``Data``/``Batch`` with ``pos``, ``x`` (and for
-        a batch ``ptr``, or a sorted ``batch`` vector: PyG's convention).
+        -> ``(N, num_classes)``; or a single sample or batch with ``pos``, ``x`` (and for a batch ``ptr``, or a
+        sorted ``batch`` vector: PyG's convention): a ``pointgeope.data.points.Points`` or a ``torch_geometric``
+        ``Data``/``Batch``.
         ``hierarchy``: the ``PointHierarchy`` of ``coord`` built by ``model.hierarchy_spec`` (e.g. in the
         data loader), or ``None`` to build it here. A given one is checked (``ops.hierarchy_check``): its
         shapes always, its indices, distances and ``coord`` where that reads no GPU value (on the CPU, or with
@@ -300,11 +301,11 @@ class PointTransformerSeg(nn.Module):
         return self.head(feat)
 
     def _inputs(self, coord, feat, offset, read: bool = True) -> tuple[Tensor, Tensor, Tensor, list[int] | None]:
-        """Check ``(coord, feat, offset)`` or unpack a ``torch_geometric`` ``Data``/``Batch``; ``offset`` a
-        tensor or a host list (``check_offset``'s). Returns ``coord``, ``feat``, the offsets as an int64 tensor
-        (on ``coord``'s device where they came as a list) and as the checked host list. Without ``read`` (a
-        hierarchy given, whose clouds the network uses, checked by their count) an offset tensor's values are
-        not read: on a GPU that read waits for the queue to drain, once a training step and a test batch."""
+        """Check ``(coord, feat, offset)`` or unpack a ``Points`` or ``torch_geometric`` ``Data``/``Batch``;
+        ``offset`` a tensor or a host list (``check_offset``'s). Returns ``coord``, ``feat``, the offsets as an int64
+        tensor (on ``coord``'s device where they came as a list) and as the checked host list. Without ``read`` (a
+        hierarchy given, whose clouds the network uses, checked by their count) an offset tensor's values are not
+        read: on a GPU that read waits for the queue to drain, once a training step and a test batch."""
         if not isinstance(coord, Tensor):
             coord, feat, offset = geometric_inputs(coord, feat, offset)
         if feat is None or offset is None:
@@ -330,13 +331,13 @@ class PointTransformerSeg(nn.Module):
 
 
 def geometric_inputs(data, feat, offset) -> tuple[Tensor, Tensor, Tensor | list[int]]:
-    """``(pos, x, offset)`` of a ``torch_geometric`` ``Data``/``Batch``: the offsets are ``ptr[1:]``, or without
-    ``ptr`` the ends of the runs of its ``batch`` vector (PyG's convention: sorted, each example's points
+    """``(pos, x, offset)`` of a ``Points`` or ``torch_geometric`` ``Data``/``Batch``: the offsets are ``ptr[1:]``,
+    or without ``ptr`` the ends of the runs of its ``batch`` vector (PyG's convention: sorted, each example's points
     together), or one cloud without either."""
     if feat is not None or offset is not None:
         raise ValueError("expected either model(coord, feat, offset) or model(data), not both")
     if getattr(data, "pos", None) is None or getattr(data, "x", None) is None:
-        raise ValueError(f"expected a torch_geometric Data/Batch with pos and x, got {type(data).__name__}")
+        raise ValueError(f"expected a Points or torch_geometric Data/Batch with pos and x, got {type(data).__name__}")
     pos, ptr, batch = data.pos, getattr(data, "ptr", None), getattr(data, "batch", None)
     if ptr is not None:
         return pos, data.x, ptr[1:]

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Batch, Data
 
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.mix3d import Mix3D, mixed_offsets
+from pointgeope.data.points import Points, collate
 from pointgeope.data.ptv3_dataset import S3DISTrainPTv3
 from pointgeope.data.ptv3_test import PTV3_TEST_VIEWS, ptv3_room_pieces
 from pointgeope.data.ptv3_transforms import pointcept_grid
@@ -55,8 +55,8 @@ def test_mixed_offsets_merge_pairs_and_keep_an_odd_last_sample():
         mixed_offsets(torch.tensor([], dtype=torch.long))
 
 
-def _batch(draw: float, sizes=(3, 4, 5)) -> Batch:
-    return Batch.from_data_list([Data(pos=torch.rand(n, 3), mix_draw=torch.tensor([draw])) for n in sizes])
+def _batch(draw: float, sizes=(3, 4, 5)) -> Points:
+    return collate([Points(pos=torch.rand(n, 3), mix_draw=torch.tensor([draw])) for n in sizes])
 
 
 def test_mix3d_merges_by_the_first_draw_and_leaves_the_batch_alone():
@@ -70,7 +70,7 @@ def test_mix3d_merges_by_the_first_draw_and_leaves_the_batch_alone():
     assert Mix3D(0.5)(batch) is batch                          # draw 0.5 is not below 0.5
     assert Mix3D(0.0)(_batch(0.0)).ptr.tolist() == [0, 3, 7, 12]
     with pytest.raises(KeyError, match="mix_draw"):
-        Mix3D(0.8)(Batch.from_data_list([Data(pos=torch.rand(2, 3))]))
+        Mix3D(0.8)(collate([Points(pos=torch.rand(2, 3))]))
 
 
 def test_mix3d_rate_follows_the_samples_draws(prepared):

@@ -56,8 +56,8 @@ _HOST_EXACT = ("numba", "pykdtree", "scipy", "torch")   # the host's kNN backend
 class PointHierarchy:
     """Indices (int64) and 3-NN squared distances of every stage (see the module docstring).
 
-    Moves with ``.to(device)`` and ``.pin_memory()``, so a ``torch_geometric`` ``Batch`` carrying it as an
-    attribute moves it along with its tensors."""
+    Moves with ``.to(device)`` and ``.pin_memory()``, so a batch (``pointgeope.data.points.Points``, or a
+    torch_geometric ``Batch``) carrying it as an attribute moves it along with its tensors."""
 
     offsets: tuple[Tensor, ...]               # (B,) cumulative counts per stage
     samples: tuple[Tensor | None, ...]        # (N_s,) FPS rows of stage s-1
