@@ -41,9 +41,9 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     ``--no-profile``: ``bench``'s profiled step per preset is the call of ``step_profile.profile`` that the kernels
     step makes and checks (one profile per case); on the CPU it cost 13 of bench's 30 CPU s. PTv3 profiles
     ``geope/none`` alone. PTv3 and the kernels step run float32 alone (``--ptv3-amps none``, ``--kernel-amps
-    none``): on the CPU bf16 runs in float32, the same step again (two of PTv3's eight steps, two of the kernels
-    step's four, with their profiles: 12 of its 24 CPU s), and the bf16 rows' ratios are checked on given times
-    (test_gpu_check_rows.py). ``bench`` times the
+    none``): on the CPU bf16 runs in float32, the same step again (four of PTv3's eight steps, two of the kernels
+    step's four with their profiles: 12 of the two steps' 50 CPU s), and the bf16 rows' ratios are checked on
+    given times (test_gpu_check_rows.py). ``bench`` times the
     two presets asked (``--presets``: lingeope's step is the same code with another ``pe``). The demo run trains,
     evaluates and predicts at a 16 cm grid, one fragment a room: each step is recorded all the same, and the
     pipeline's figures are the engine's tests' (tests/engine)."""
