@@ -58,7 +58,7 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     ptv3, ptv3_test  (``--no-ptv3`` skips them; ``gpu_check_ptv3.py``) PTv3's recipe step of ``none``, ``geope``,
                ``point3drope`` in float32 and bf16 (time, peak memory), and PTv3's 10-view test of one room
     kernels    (``--kernels``) ``bench_train_step.py --kernels torch triton``: the same step per preset on the
-               torch and the fused (Triton) attention kernels, float32 and bf16
+               torch and the fused (Triton) attention kernels, in ``--kernel-amps`` (float32 and bf16)
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
                configs/demo.yaml --test-area 5 train.epochs=1`` on the device: seconds and the log's pts/s
                (train.py ends with the fold's full-resolution evaluation)
@@ -314,6 +314,8 @@ def parse_args() -> argparse.Namespace:
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
+    add("--kernel-amps", nargs="+", choices=("none", "bf16"), default=["none", "bf16"],
+        help="kernels' precisions (the CPU runs bf16 in float32: the same step again)")
     add_ptv3_args(parser)
     return parser.parse_args()
 

@@ -56,7 +56,7 @@ def step_graphs(check: Check, py: str) -> None:
     a = check.args
     data = result_path(check, "bench_graphs.json")
     cmd = [py, "bench/bench_graphs.py", "--out", str(data), "--device", "cuda", "--points", str(a.points),
-           "--clouds", str(a.clouds), "--presets", "rpe", "geope", "--amps", "none", "bf16",
+           "--clouds", str(a.clouds), "--presets", "rpe", "geope", "--amps", *a.kernel_amps,
            "--budget", str(max(20, min(a.graphs_limit, check.left()) - 50))]
     run_with_result(check, "graphs", cmd, a.graphs_limit, data)
 
@@ -75,12 +75,12 @@ def step_graphs16(check: Check, py: str) -> None:
 
 def step_kernels(check: Check, py: str) -> None:
     """``bench_train_step.py --kernels torch triton``: every preset's step on today's and the fused attention
-    kernels, float32 and bf16, with the top kernels of each."""
+    kernels, in ``--kernel-amps`` (float32 and bf16), with the top kernels of each."""
     a = check.args
     data = result_path(check, "bench_kernels.json")
     cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
            "--points", str(a.points), "--clouds", str(a.clouds), "--reps", str(a.reps), "--warmup", str(a.warmup),
-           "--kernels", "torch", *([] if a.device == "cpu" else ["triton"]), "--amps", "none", "bf16",
+           "--kernels", "torch", *([] if a.device == "cpu" else ["triton"]), "--amps", *a.kernel_amps,
            "--presets", *a.kernel_presets,
            "--budget", str(max(30, min(a.kernels_limit, check.left()) - 90)), "--profile"]
     run_with_result(check, "kernels", cmd, a.kernels_limit, data)

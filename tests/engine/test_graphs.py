@@ -128,21 +128,38 @@ def test_training_step_says_why_it_is_eager():
     assert lines == []
 
 
-def test_the_bench_compares_the_two_steps(tmp_path, monkeypatch):
-    """``bench/bench_graphs.py``'s command on the CPU (the rerun recorder; its ``main`` in this process, as
-    ``python bench/bench_graphs.py`` runs it): one recorded graph, losses that agree to float32's rounding, and
-    both times, in the JSON it writes. 4,200 points a cloud keep 16 at the last stage: with fewer than k the kNN
-    repeats neighbours, a batch norm's variance is zero in exact arithmetic and it scales rounding by
-    1 / sqrt(eps) (500 points a cloud: the losses differ by 2e-3)."""
-    import json
+def _small_bench_network(monkeypatch):
+    """The benches' network (``bench_train_step.Case``'s, and the hierarchy ``bench_graphs.run`` gives it) made
+    ``SMALL``'s three stages: what these tests check is the bench's bookkeeping, which PointTransformerSeg50's five
+    stages (each step about 20 times the time) do not change."""
     import sys
     from pathlib import Path
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import bench_graphs
+    import bench_train_step
 
+    def small(pe="rpe"):
+        return PointTransformerSeg(pe=pe, **SMALL)
+
+    monkeypatch.setattr(bench_train_step, "PointTransformerSeg", small)
+    monkeypatch.setattr(bench_graphs, "PointTransformerSeg", small)
+    return bench_graphs
+
+
+def test_the_bench_compares_the_two_steps(tmp_path, monkeypatch):
+    """``bench/bench_graphs.py``'s command on the CPU (the rerun recorder; its ``main`` in this process, as
+    ``python bench/bench_graphs.py`` runs it, on ``SMALL``'s network): one recorded graph, losses that agree to
+    float32's rounding, and both times, in the JSON it writes. 300 points a cloud keep 18 at the last stage (a
+    sixteenth): with fewer than its 16 neighbours the kNN repeats neighbours, a batch norm's variance is zero in
+    exact arithmetic and it scales rounding by 1 / sqrt(eps) (PointTransformerSeg50 at 500 points a cloud: the
+    losses differ by 2e-3)."""
+    import json
+    import sys
+
+    bench_graphs = _small_bench_network(monkeypatch)
     out = tmp_path / "graphs.json"
-    monkeypatch.setattr(sys, "argv", ["bench_graphs.py", "--out", str(out), "--device", "cpu", "--points", "4200",
+    monkeypatch.setattr(sys, "argv", ["bench_graphs.py", "--out", str(out), "--device", "cpu", "--points", "300",
                                       "--clouds", "1", "--presets", "rpe", "--amps", "none", "--reps", "1",
                                       "--warmup", "0"])
     assert bench_graphs.main() == 0
@@ -154,16 +171,13 @@ def test_the_bench_frees_each_case_before_recording_the_next(monkeypatch):
     """``bench_graphs.run`` holds one case at a time: when a preset x precision's graphed cases are built, no
     earlier case and no earlier recorder (on CUDA: its graphs' memory pool) is referenced any more; within a
     case the rounds interleave the eager step and the graphed and padded eager steps with the third norm on the
-    plain kernel and on the torch ops' prefix statistics (each side's steps inside its ``third_norm``)."""
-    import sys
+    plain kernel and on the torch ops' prefix statistics (each side's steps inside its ``third_norm``); on
+    ``SMALL``'s network."""
     import weakref
-    from pathlib import Path
 
     from pointgeope.model import norm
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    import bench_graphs
-
+    bench_graphs = _small_bench_network(monkeypatch)
     built, order, defaults = [], [], []
 
     class Tracked(bench_graphs.GraphCase):
@@ -192,7 +206,7 @@ def test_the_bench_frees_each_case_before_recording_the_next(monkeypatch):
     call, registered = graphs.GraphedStep.__call__, norm.PLAIN_KERNEL.cuda_default
     monkeypatch.setattr(graphs.GraphedStep, "__call__",
                         lambda step, *a: defaults.append(norm.PLAIN_KERNEL.cuda_default) or call(step, *a))
-    # 520 points: two rows at the fifth stage (n // 256), the fewest its batch norm takes
+    # 520 points: 32 rows at SMALL's third stage (n // 16; PointTransformerSeg50's fifth had two, n // 256)
     args = SimpleNamespace(device="cpu", points=520, clouds=1, presets=["rpe"], amps=["none", "bf16"], reps=2,
                            warmup=0, budget=600.0)             # bf16: float32 on the CPU, a second case all the same
     out = {}

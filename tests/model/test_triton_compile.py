@@ -34,13 +34,10 @@ ROT_KINDS = {f"rot_shifted_{t}{way}_sm90" for t in ("fp32", "bf16") for way in (
 
 
 @pytest.mark.slow
-def test_the_kernels_compile_for_sm90_the_ops_with_one_rounding_per_operation_and_none_spills():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "triton_compile_check.py"), "--quick"], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    kernels = json.loads(proc.stdout)["kernels"]
+def test_the_kernels_compile_for_sm90_the_ops_with_one_rounding_per_operation_and_none_spills(compiled):
+    """``bench/triton_compile_check.py --quick`` (its ``main``, in the interpreter of ``compiled``)."""
+    assert compiled["quick_rc"] == 0, compiled["quick_out"][-3000:] + compiled["quick_err"][-3000:]
+    kernels = json.loads(compiled["quick_out"])["kernels"]
     ops = ["fps_stream_sm90", "knn_k16_sm90"] + [f"fps_rounds_nbp{n}_sm90" for n in (2048, 512, 128, 2)]
     assert sorted(k for k in kernels if not k.startswith(("att_", "norm_", "rot_"))) == sorted(ops)
     assert {k for k in kernels if k.startswith("rot_")} == ROT_KINDS
@@ -69,22 +66,29 @@ def test_the_compile_check_says_its_usage_and_refuses_unknown_flags(flag, rc, sa
 
 
 TABLES_NAMES = ["pos_ptr", "scale_ptr", "out_ptr", "N", "C", "NB", "F64", "BLOCK_R", "BLOCK_C"]
-# One interpreter (its imports of torch and Triton took most of each test's time) compiles, for sm_90, the
-# tables kernel to TTIR and the norm's reductions to PTX; each test reads its part.
+# One interpreter (its imports of torch and Triton took most of each test's time) runs the quick compile check's
+# ``main`` (its exit code, stdout and stderr), then compiles, for sm_90, the tables kernel to TTIR and the norm's
+# reductions to PTX; each test reads its part.
 COMPILED = """
 import sys
 sys.path.insert(0, "bench")
-import inspect, json, triton
+import contextlib, inspect, io, json, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from pointgeope.model import shifted_kernel, triton_rotation
 import triton_compile_check as check
+out, err = io.StringIO(), io.StringIO()
+sys.argv = ["triton_compile_check.py", "--quick"]
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    rc = check.main()
+quick = dict(quick_rc=rc, quick_out=out.getvalue(), quick_err=err.getvalue())
+from pointgeope.model import shifted_kernel, triton_rotation
 names = {names!r}
 meta = dict(F64=False, BLOCK_R=shifted_kernel.TABLE_R, BLOCK_C=shifted_kernel.TABLE_C)
 sig = {{n: "constexpr" if n in meta else "*fp32" if n.endswith("_ptr") else "i32" for n in names}}
 src = ASTSource(fn=triton_rotation.tables, signature=sig, constexprs={{(names.index(k),): v for k, v in meta.items()}})
 out = {{"tables_ttir": triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                    options=dict(num_warps=shifted_kernel.WARPS)).asm["ttir"], "norm_ptx": {{}}}}
+                                    options=dict(num_warps=shifted_kernel.WARPS)).asm["ttir"], "norm_ptx": {{}},
+       **quick}}
 for name, kernel, sig, meta, options in check._norm_at(64, "bf16", True, prefix=True):
     if name.startswith(("norm_statistics", "norm_grad_sums")):
         names = list(inspect.signature(kernel.fn).parameters)
@@ -97,11 +101,12 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    """``COMPILED``'s output: the tables kernel's TTIR and the norm reductions' PTX, for sm_90."""
+    """``COMPILED``'s output: the quick compile check's exit code and output, the tables kernel's TTIR and the norm
+    reductions' PTX, for sm_90."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, "-c", COMPILED.format(names=TABLES_NAMES)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=420, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
