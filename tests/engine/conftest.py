@@ -172,6 +172,25 @@ def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1")
             str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
 
 
+@pytest.fixture(scope="module")
+def forked_trials(tmp_path_factory):
+    """A :class:`~tests.engine.trial_server.TrialServer` for this module's in-process ``ablate`` runs: the path
+    that ``sys.executable`` is set to (:func:`trials_forked`) for their trials to be forked from it."""
+    from tests.engine.trial_server import TrialServer
+
+    server = TrialServer(tmp_path_factory.mktemp("trials"))
+    yield str(server.client)
+    server.close()
+
+
+@pytest.fixture()
+def trials_forked(forked_trials, monkeypatch):
+    """This test's in-process ``ablate`` runs its trials as forks of the module's :func:`forked_trials`."""
+    import sys
+
+    monkeypatch.setattr(sys, "executable", forked_trials)
+
+
 def trial_config(config, root, preset="rpe", seed=0) -> dict:
     """The config (plain dict) of the trial ``preset`` seed ``seed`` of an ablation of ``config`` over
     ``root`` without other overrides: what a last.pt planted for it must record, else ablate refuses it."""
