@@ -1,17 +1,18 @@
-"""Ablation trials forked from one fresh interpreter: the in-process ``ablate`` tests of test_ablation.py and
-test_ptv3_engine.py. Each trial of ``ablate`` is ``[sys.executable, "-m", "pointgeope", "train", ...]``; with
-``sys.executable`` pointed at :attr:`TrialServer.client` the trial is instead a fork of a server that imported
-the training stack once (~7 CPU s a trial saved; the trial then pays its training alone).
+"""Ablation trials forked from one fresh interpreter: the in-process ``ablate`` runs of test_ablation.py. Each
+trial of ``ablate`` is ``[sys.executable, "-m", "pointgeope", "train", ...]``; with ``sys.executable`` pointed at
+:attr:`TrialServer.client` the trial is a fork of a server that imported the training stack once (~7 CPU s of
+imports a trial saved; the trial then pays its own work alone).
 
 The client stands in for the trial's process: it hands the server its argv, environment, working folder and its
 stdin/stdout/stderr (``ablate``'s ``train.log``), passes SIGINT and SIGTERM (ablate's stop) on to the forked
 trial, and exits as the trial did (its exit code, or killed by the same signal). The trial runs
 ``python -m pointgeope`` as that command does (``runpy``, ``__main__``) and exits as a process exits (atexit
-handlers, buffers flushed). The server runs no torch op before it forks (no thread pool to inherit: see
-COMMON's rule against forking a process whose torch ran), and SIGKILLs a trial whose client went away. Any other
-command line given to the client runs the real interpreter (``exec``). The tests of a trial as a process of its
-own (signals to ``ablate``, ``kill -9``) start ``python -m pointgeope ablate`` as a process: its trials are
-real ``python -m pointgeope train`` processes.
+handlers, buffers flushed). Before it forks, the server also imports what a training imports at its first use
+and loads numba's registries (a trivial jitted call), as a trial's first numba call would; it runs no torch op
+(a fork of a process whose torch ran on 2+ threads hangs at its first parallel region) and starts no thread.
+It SIGKILLs a trial whose client went away. Any other command line given to the client runs the real
+interpreter (``exec``). The tests of trials as processes of their own (a signal to ``ablate``, ``kill -9``)
+start ``python -m pointgeope ablate`` as a process: its trials are real ``python -m pointgeope train`` runs.
 """
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from pathlib import Path
 
 SERVER = r"""
 import json, os, selectors, signal, socket, sys
-import pointgeope.cli, pointgeope.commands.train, pointgeope.engine.train   # what a trial imports, once
+import pointgeope.cli, pointgeope.commands.train, pointgeope.engine.train   # what a trial imports, once,
+import pointgeope.engine.evaluate, pointgeope.model.network, pykdtree.kdtree, torch.utils.tensorboard  # and at use
+import numba
+numba.njit(lambda x: x + 1)(1)   # numba's registries loaded (~1.7 CPU s at a process's first jitted call)
 
 
 def serve(path):
