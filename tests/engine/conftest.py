@@ -216,7 +216,9 @@ def code_at(monkeypatch):
 
 
 # --- train.py processes forked from one fresh interpreter: test_ddp_stops.py, test_run_folder.py -----------
-# It imports what train.py imports, runs nothing else (no torch op, no thread), prints its children's pids, then
+# It imports what train.py imports (and what a training imports at first use), loads numba's registries (a trivial
+# jitted call, as a training's first numba call does), runs nothing else (no torch op, no thread), prints its
+# children's pids, then
 # forks one child a spec["argv"] entry: its stdout and stderr into its own files, spec["env"]'s entry added to its
 # environment (a DDP rank's RANK, LOCAL_RANK, MASTER_PORT); each runs spec["code"] (train.py's own run unless a
 # test's code patches it first) and exits as a process exits, with its own code. Past spec["seconds"] a child
@@ -225,6 +227,9 @@ def code_at(monkeypatch):
 FORK_TRAIN_PY = """
 import json, os, signal, sys, time
 import pointgeope.commands.train, pointgeope.engine.state, pointgeope.engine.train
+import pointgeope.engine.evaluate, pointgeope.model.network, pykdtree.kdtree, torch.utils.tensorboard
+import numba
+numba.njit(lambda x: x + 1)(1)
 spec = json.loads(sys.argv[1])
 pids = []
 for argv, out, env in zip(spec["argv"], spec["out"], spec["env"]):
