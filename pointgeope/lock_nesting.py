@@ -40,10 +40,10 @@ def _parent_pid(pid: int) -> int | None:
 def _ancestors(pid: int) -> set[int]:
     """``pid`` and its parents up to pid 1 (only ``pid`` and, for this process, its parent where ``/proc`` is
     missing)."""
-    pids = {pid} | ({os.getppid()} if pid == os.getpid() else set())
-    while (pid := _parent_pid(pid)) is not None and pid > 1 and pid not in pids:
-        pids.add(pid)
-    return pids
+    pids, at = {pid}, pid
+    while (at := _parent_pid(at)) is not None and at > 1 and at not in pids:
+        pids.add(at)
+    return pids | ({os.getppid()} if pid == os.getpid() else set())
 
 
 def _same_command(pid: int, mine: set[int]) -> bool:

@@ -106,14 +106,18 @@ def test_a_folder_around_a_held_folder_is_refused(tmp_path, holder):
 
 
 def test_the_same_command_may_nest_its_own_folders(tmp_path):
-    """``ablate`` holds ``RUN`` and runs each trial's ``train`` (a child process) on a fold folder below it."""
+    """``ablate`` holds ``RUN`` and runs each trial's ``train`` (a child process) on a fold folder below it; so
+    too a grandchild (a trial started through a wrapper that runs the interpreter as its child, as a shim may):
+    the walk up the parents stopped at the first one, so a grandchild was refused."""
+    nest = "import sys\nfrom pointgeope.lock import folder_lock\nwith folder_lock(sys.argv[1]): print('ok')"
+    wrapper = "import subprocess, sys\nsys.exit(subprocess.call([sys.executable, *sys.argv[1:]]))"
     with folder_lock(tmp_path / "run"):
         with folder_lock(tmp_path / "run" / "area_1"):  # this process
             pass
-        child = subprocess.run([sys.executable, "-c", "import sys\nfrom pointgeope.lock import folder_lock\n"
-                                "with folder_lock(sys.argv[1]): print('ok')", str(tmp_path / "run" / "t" / "area_1")],
-                               capture_output=True, text=True, check=False)
-        assert (child.returncode, child.stdout, child.stderr) == (0, "ok\n", "")
+        for start in ([sys.executable], [sys.executable, "-c", wrapper]):
+            child = subprocess.run([*start, "-c", nest, str(tmp_path / "run" / "t" / "area_1")],
+                                   capture_output=True, text=True, check=False)
+            assert (child.returncode, child.stdout, child.stderr) == (0, "ok\n", "")
 
 
 def test_a_lock_of_another_host_above_says_which_file_to_delete(tmp_path):

@@ -172,6 +172,25 @@ def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1")
             str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
 
 
+@pytest.fixture(scope="module")
+def forked_trials(tmp_path_factory):
+    """A :class:`~tests.engine.trial_server.TrialServer` for this module's in-process ``ablate`` runs: the path
+    that ``sys.executable`` is set to (:func:`trials_forked`) for their trials to be forked from it."""
+    from tests.engine.trial_server import TrialServer
+
+    server = TrialServer(tmp_path_factory.mktemp("trials"))
+    yield str(server.client)
+    server.close()
+
+
+@pytest.fixture()
+def trials_forked(forked_trials, monkeypatch):
+    """This test's in-process ``ablate`` runs its trials as forks of the module's :func:`forked_trials`."""
+    import sys
+
+    monkeypatch.setattr(sys, "executable", forked_trials)
+
+
 def trial_config(config, root, preset="rpe", seed=0) -> dict:
     """The config (plain dict) of the trial ``preset`` seed ``seed`` of an ablation of ``config`` over
     ``root`` without other overrides: what a last.pt planted for it must record, else ablate refuses it."""
@@ -197,7 +216,9 @@ def code_at(monkeypatch):
 
 
 # --- train.py processes forked from one fresh interpreter: test_ddp_stops.py, test_run_folder.py -----------
-# It imports what train.py imports, runs nothing else (no torch op, no thread), prints its children's pids, then
+# It imports what train.py imports (and what a training imports at first use), loads numba's registries (a trivial
+# jitted call, as a training's first numba call does), runs nothing else (no torch op, no thread), prints its
+# children's pids, then
 # forks one child a spec["argv"] entry: its stdout and stderr into its own files, spec["env"]'s entry added to its
 # environment (a DDP rank's RANK, LOCAL_RANK, MASTER_PORT); each runs spec["code"] (train.py's own run unless a
 # test's code patches it first) and exits as a process exits, with its own code. Past spec["seconds"] a child
@@ -206,6 +227,9 @@ def code_at(monkeypatch):
 FORK_TRAIN_PY = """
 import json, os, signal, sys, time
 import pointgeope.commands.train, pointgeope.engine.state, pointgeope.engine.train
+import pointgeope.engine.evaluate, pointgeope.model.network, pykdtree.kdtree, torch.utils.tensorboard
+import numba
+numba.njit(lambda x: x + 1)(1)
 spec = json.loads(sys.argv[1])
 pids = []
 for argv, out, env in zip(spec["argv"], spec["out"], spec["env"]):

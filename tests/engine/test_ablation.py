@@ -17,12 +17,15 @@ from tests.engine.conftest import DEMO_CONFIG, TINY, ablate_args, ignore_sigint,
 
 
 @pytest.fixture(scope="module")
-def grid(two_folds, tmp_path_factory):
+def grid(two_folds, tmp_path_factory, forked_trials):
     """``ablate`` of rpe, none x seeds 0, 1 on fold 1, one epoch, two trials at a time: ``RUN`` with the four
     trials and ``RUN/report/fold_1``, trained once for the tests of this file. A test that writes works on a
-    copy (:func:`copy_trials`)."""
+    copy (:func:`copy_trials`). The in-process ``ablate`` runs of this file fork their trials from one server
+    (:mod:`tests.engine.trial_server`); the SIGTERM tests run ``ablate`` and its trials as processes."""
     run = tmp_path_factory.mktemp("grid") / "abl"
-    assert cli(ablate_args(two_folds, run, "train.epochs=1", jobs="2")) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "executable", forked_trials)
+        assert cli(ablate_args(two_folds, run, "train.epochs=1", jobs="2")) == 0
     return run
 
 
@@ -71,7 +74,7 @@ def test_plan_orders_trials_and_shares_the_threads(two_folds, unpinned_config, t
 
 
 @pytest.mark.slow
-def test_trials_run_resume_and_a_failed_one_is_reported(grid, two_folds, tmp_path, capsys):
+def test_trials_run_resume_and_a_failed_one_is_reported(grid, two_folds, tmp_path, capsys, trials_forked):
     """The grid's four trials (two at a time) each reported with its own metrics.json and seed; a rerun
     (of a copy) of rpe with seeds 0 and 7 skips seed 0, names seed 7's failure and the trials of the other grid
     (none's among them: a preset outside the command is named as a seed outside it is)."""
@@ -107,7 +110,8 @@ def test_trials_run_resume_and_a_failed_one_is_reported(grid, two_folds, tmp_pat
 
 
 @pytest.mark.slow
-def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(grid, two_folds, tmp_path, capsys):
+def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(grid, two_folds, tmp_path, capsys,
+                                                                          trials_forked):
     """Fold 2 into the RUN of fold 1 (a copy of the grid's rpe seed 0 and report): its report scores area_2
     alone (it pooled every fold the trial folders held, under the header "fold 2") and fold 1's report stays (it
     was overwritten). A rerun with another eval value: the skipped trial's old test is named stale, not scored
@@ -192,7 +196,7 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
 
 
 
-def test_a_run_dir_from_home_holds_the_trials_and_their_report(grid, two_folds, tmp_path, monkeypatch):
+def test_a_run_dir_from_home_holds_the_trials_and_their_report(grid, two_folds, tmp_path, monkeypatch, trials_forked):
     """ablate --run-dir '~/abl' (quoted, or zsh's --run-dir=~/abl, which zsh leaves as it is): a config's leading
     ~ is the home folder, so the trial trained in ~/abl while ablate looked for it in ./~/abl and reported
     'none of the 1 trial(s) has a result of fold 1'. Here ~/abl holds a copy of the grid's trained trial: the
@@ -206,7 +210,7 @@ def test_a_run_dir_from_home_holds_the_trials_and_their_report(grid, two_folds, 
     assert not (tmp_path / "~").exists()
 
 
-def test_the_report_names_the_torch_threads_its_trials_were_trained_with(grid, two_folds, tmp_path):
+def test_the_report_names_the_torch_threads_its_trials_were_trained_with(grid, two_folds, tmp_path, trials_forked):
     """The scores depend on the torch CPU thread count (its kernels split their sums by thread), and a rerun
     reports a trial complete from an earlier run whatever count it had (``train.threads`` is no setting a
     result is stale by): the header named the count only where the command's overrides held it, so a report
@@ -255,7 +259,8 @@ def test_a_run_dir_of_another_command_is_refused(two_folds, tmp_path, holds, wha
 
 
 @pytest.mark.slow
-def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_continues_it(two_folds, tmp_path, capsys):
+def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_continues_it(two_folds, tmp_path, capsys,
+                                                                                            trials_forked):
     """train.epochs_per_run=1 of 2: each trial ended with exit code 0 before its last epoch; ablate said "done"
     and its report named the trial missing for "no metrics.json", without a word that a rerun continues it
     (and returned 0 where another trial had finished)."""
@@ -278,7 +283,7 @@ def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_con
 
 
 @pytest.mark.slow
-def test_a_trial_refused_with_trains_force_advice_names_ablates_way(grid, two_folds, tmp_path, capsys):
+def test_a_trial_refused_with_trains_force_advice_names_ablates_way(grid, two_folds, tmp_path, capsys, trials_forked):
     """A trial refused by train with "--force retrains the fold" (here its last.pt deleted) was reported with
     that advice alone, which ablate cannot follow: ablate has no --force."""
     run = copy_trials(grid, tmp_path / "abl", "rpe/seed_0")
@@ -294,7 +299,8 @@ def test_a_trial_refused_with_trains_force_advice_names_ablates_way(grid, two_fo
 
 
 @pytest.mark.slow
-def test_ablates_way_to_trains_force_follows_the_refusal_not_the_words(grid, two_folds, tmp_path, capsys):
+def test_ablates_way_to_trains_force_follows_the_refusal_not_the_words(grid, two_folds, tmp_path, capsys,
+                                                                       trials_forked):
     """ablate added its way to train's --force where the failure's line held the text "--force": a trial whose
     last.pt is damaged (train: "delete it to start the fold again", no "--force") went without it, and a
     failure of another kind in a run folder whose name holds "--force" got it. train now notes the fold folder
