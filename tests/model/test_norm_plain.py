@@ -212,18 +212,21 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     its real prefix and no torch-ops prefix batch norm, and equals the unpadded step on torch's batch norms (real
     logits, loss, every gradient and running buffer). With ``POINTGEOPE_KERNELS=torch`` the same padded step runs
     the torch ops' prefix batch norm for every norm and no kernel. test_padding.py's network with 8 neighbours at
-    every stage, two clouds of 130 and 170 points (each keeps more than 8 at the last stage): a third of the pairs
-    of test_padding.py's batch, whose every norm runs interpreted."""
+    every stage and strides of 2 (fewer rows, each norm interpreted: the padded stages of 128, 66 and 35 rows keep
+    a dummy cloud and their real prefix ends within a tile), two clouds of 34 and 42 points (8 and 10 at the last
+    stage: each keeps at least its 8 neighbours, so no k-NN repeats a point). The unpadded step's forward alone runs (its dispatch and logits are checked, its gradients are
+    not: the padded step is compared with ``model``'s, on torch's batch norms)."""
     from pointgeope.model import PointTransformerSeg
     from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
 
     interpreted.delenv("POINTGEOPE_KERNELS")        # unset: the device's default, CUDA's for the norms' kernels
     cpu_as_cuda(interpreted)
     torch.manual_seed(0)
-    model = PointTransformerSeg(pe="rpe", **dict(SMALL, neighbours=(8, 8, 8))).double().train()
+    model = PointTransformerSeg(pe="rpe", **dict(SMALL, neighbours=(8, 8, 8), strides=(1, 2, 2))).double().train()
     unpadded, twin, control = (copy.deepcopy(model) for _ in range(3))
-    coord, feat, offset, label = _batch(sizes=(130, 170))
+    coord, feat, offset, label = _batch(sizes=(34, 42))
     h, sizes, prefixes, (pc, pf, po, pl, ph) = _padded(model, coord, feat, offset, label)
+    assert h.offsets[-1].tolist() == [8, 18]            # the last stage: 8 and 10 points, each >= its k = 8
     with forced("torch"):
         want = model(coord, feat, offset, hierarchy=h)
         F.cross_entropy(want, label, ignore_index=IGNORE).backward()
@@ -238,7 +241,6 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     norms = sum(isinstance(m, norm.BatchNorm) for m in model.modules())
     thirds = sum(isinstance(m, norm.BatchNorm) and not m.relu for m in model.modules())   # the blocks' third
     got = unpadded(coord, feat, offset, hierarchy=h)
-    F.cross_entropy(got, label, ignore_index=IGNORE).backward()
     assert calls["plain"] == calls["prefix"] == [] and thirds >= 6
     assert calls["torch"] == [None] * thirds and calls["relu"] == [None] * (norms - thirds)   # BatchNorm1d, kernel
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
