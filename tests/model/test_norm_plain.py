@@ -214,8 +214,9 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     the torch ops' prefix batch norm for every norm and no kernel. test_padding.py's network with 8 neighbours at
     every stage and strides of 2 (fewer rows, each norm interpreted: the padded stages of 128, 66 and 35 rows keep
     a dummy cloud and their real prefix ends within a tile), two clouds of 34 and 42 points (8 and 10 at the last
-    stage: each keeps at least its 8 neighbours, so no k-NN repeats a point). The unpadded step's forward alone runs (its dispatch and logits are checked, its gradients are
-    not: the padded step is compared with ``model``'s, on torch's batch norms)."""
+    stage: each keeps at least its 8 neighbours, so no k-NN repeats a point). The unpadded step's forward alone
+    runs (its dispatch and logits are checked, its gradients are not: the padded step is compared with
+    ``model``'s, on torch's batch norms)."""
     from pointgeope.model import PointTransformerSeg
     from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
 
