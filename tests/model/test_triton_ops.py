@@ -135,12 +135,12 @@ def test_every_fps_kernel_is_exact_with_many_small_blocks_chunks_and_rounds(monk
     seen = kernel_choice.current()
     monkeypatch.setattr(triton_fps_rounds, "current", lambda: dataclasses.replace(seen, interpret=not tuple_argmax))
     rng = np.random.default_rng(8)
-    clouds = [_random(120, rng), _grid(80, rng)]
+    clouds = [_random(60, rng), _grid(80, rng)]
     points, _ = _packed(clouds)
-    want = (reference_fps(clouds[0].astype(np.float32), 30)
-            + [120 + j for j in reference_fps(clouds[1].astype(np.float32), 20)])
+    want = (reference_fps(clouds[0].astype(np.float32), 15)
+            + [60 + j for j in reference_fps(clouds[1].astype(np.float32), 20)])
     for method in ("rounds",) + (() if tuple_argmax else ("stream",)):
-        assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
+        assert triton_fps.fps_triton(points, [60, 80], [15, 20], method=method).cpu().tolist() == want, method
 
 
 def test_the_loaders_hierarchy_equals_the_triton_one():
