@@ -155,12 +155,12 @@ def test_the_torch_ops_prefix_batch_norm_padded(interpreted):
 def test_float64_gradcheck(interpreted, train, padded):
     """``gradcheck`` of ``x``, ``w``, ``b`` through ``norm.batch_norm`` (no ReLU: no kink to avoid)."""
     gen = torch.Generator().manual_seed(6)
-    # 6 rows (4 of them real when padded): one masked tile of rows (BLOCK_R 256) and of 3 channels (BLOCK_C 4), as
-    # 9 x 5 were; gradcheck's interpreted launches grow with the elements (2 per input, 1 per output)
-    x = torch.randn(6, 3, generator=gen, dtype=torch.float64)
+    # 4 rows (3 of them real when padded): one masked tile of rows (BLOCK_R 256) and of 3 channels (BLOCK_C 4), as
+    # 9 x 5 and 6 x 3 were; gradcheck's interpreted launches grow with the elements (2 per input, 1 per output)
+    x = torch.randn(4, 3, generator=gen, dtype=torch.float64)
     w, b = torch.rand(3, generator=gen, dtype=torch.float64) + 0.5, torch.randn(3, generator=gen, dtype=torch.float64)
     rm, rv = torch.randn(3, generator=gen, dtype=torch.float64), torch.rand(3, generator=gen, dtype=torch.float64) + 0.5
-    valid = torch.tensor(4) if padded else None
+    valid = torch.tensor(3) if padded else None
 
     def fn(a, wt, bs):
         return norm.batch_norm(a, wt, bs, None if train else rm, None if train else rv, train, valid=valid)
