@@ -55,8 +55,8 @@ def test_knn_equals_the_exact_reference_on_ragged_batches_down_and_up():
 def test_knn_breaks_exact_ties_and_duplicates_by_the_smaller_row():
     rng = np.random.default_rng(1)
     same = np.full((40, 3), 1.25)                      # one point 40 times: every distance ties
-    far = np.concatenate([_random(100, rng), _random(100, rng) + 1000.0])   # two clusters far apart
-    points, off = _packed([_grid(300, rng), same, far, _grid(3, rng)])
+    far = np.concatenate([_random(50, rng), _random(50, rng) + 1000.0])     # two clusters far apart
+    points, off = _packed([_grid(300, rng), same, far, _grid(3, rng)])    # (300: past the window, the scan)
     idx, dist2 = _assert_exact_knn(points, points, 8, off, off)
     assert torch.equal(idx[300:340].cpu(), torch.arange(300, 308).expand(40, 8))  # the 8 smallest rows, in order
     assert torch.all(dist2[:, 0] == 0)
