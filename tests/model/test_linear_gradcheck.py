@@ -1,6 +1,6 @@
 """Tests of tests/model/linear_gradcheck.py: its fast-mode ``gradcheck`` fails a linear map whose backward has one
-Jacobian entry off by 0.03 (of 560 x 280: the RoPE relation of test_rope.py's gradient test), for every draw of
-``u, v`` tried, and passes the map itself."""
+Jacobian entry off by 0.03 (of 560 x 280: the RoPE relation of test_rope.py's gradient test), for two draws of
+``u, v`` (a failure costs the full Jacobians of gradcheck's message), and passes the map itself."""
 from __future__ import annotations
 
 import pytest
@@ -35,7 +35,7 @@ def test_a_single_wrong_entry_fails_the_linear_gradcheck(wrong):
     def relation(a, m):
         out = pair_frame(a, idx, disp, freq, m)
         return _OneEntryOff.apply(out) if wrong else out
-    for seed in range(5):
+    for seed in range(2):
         torch.manual_seed(seed)                    # gradcheck's random u, v
         if wrong:
             with pytest.raises(GradcheckError):
