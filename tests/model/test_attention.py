@@ -175,7 +175,7 @@ def test_float32_layer_matches_float64_reference(pe):
                                               PositionalEncoding("pointrope", False, "geope")])
 def test_layer_gradcheck(pe):
     """Gradients of the features (and of RoPE-Mixed's frequencies) against finite differences, float64."""
-    coord, feat, idx = _cloud(n=10, channels=12, k=4, seed=6, dtype=torch.float64)
+    coord, feat, idx = _cloud(n=6, channels=12, k=4, seed=6, dtype=torch.float64)
     layer = _layer(pe, channels=12, k=4).double()
     inputs = (feat.requires_grad_(),) + ((layer.pair_freq,) if layer.pair_freq is not None else ())
     threads = torch.get_num_threads()

@@ -9,6 +9,7 @@ import torch
 
 from pointgeope.model.first_order import first_order_only
 from pointgeope.model.network import PointTransformerSeg
+from tests.model.linear_gradcheck import LINEAR
 from tests.model.test_network_gradients import TWO_STAGES
 
 
@@ -121,8 +122,9 @@ def test_token_rotations_have_exact_second_derivatives(layout):
         first, second = torch.tensor([0, 2, 4]), torch.tensor([1, 3, 5])
         tables = half_tables(pos * 3.0, first, second, 8)
         swap = swap_matrix(first, second, 8).double()
-    assert torch.autograd.gradcheck(lambda v: turn_tokens(v, tables, swap), (x,))
-    assert torch.autograd.gradgradcheck(lambda v: turn_tokens(v, tables, swap), (x,))
+    # linear in x: linear_gradcheck.py's fast mode (the backward too: linear in x and in the incoming gradient)
+    assert torch.autograd.gradcheck(lambda v: turn_tokens(v, tables, swap), (x,), **LINEAR)
+    assert torch.autograd.gradgradcheck(lambda v: turn_tokens(v, tables, swap), (x,), **LINEAR)
 
 
 # The kernels' Functions of batch norm and of GeoPE's fused relations: float64 inputs on CPU tensors, the way
@@ -234,4 +236,4 @@ def test_geope_relations_refuse_second_derivatives_by_name(interpreted, op):
     for a, want in zip(got, _reference_grads(torchs, inputs), strict=True):
         torch.testing.assert_close(a, want, rtol=1e-10, atol=1e-12)
     interpreted.setenv("POINTGEOPE_KERNELS", "torch")
-    assert torch.autograd.gradgradcheck(fused, inputs)
+    assert torch.autograd.gradgradcheck(fused, inputs, **LINEAR)        # linear in x and q

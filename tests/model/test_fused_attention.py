@@ -11,6 +11,7 @@ pytest.importorskip("triton")          # imported here, before TRITON_INTERPRET 
                                        # stays compiled for the CUDA tests and torch.compile in this process
 from pointgeope.model import fused_attention, kernels
 from tests.model.fused_inputs import cuda, packed
+from tests.model.linear_gradcheck import LINEAR
 
 # Triton's interpreter and the Triton path for this module's tests only (tests/model/conftest.py)
 pytestmark = pytest.mark.usefixtures("interpreted")
@@ -110,7 +111,7 @@ def test_aggregate_and_relation_pass_gradcheck_in_float64(with_delta):
     inputs = [w.requires_grad_(), v.requires_grad_(), idx] + ([d.requires_grad_()] if with_delta else [None])
     assert torch.autograd.gradcheck(lambda *t: fused_attention.aggregate(*t, 2), inputs, fast_mode=False)
     q = torch.randn_like(v).requires_grad_()
-    assert torch.autograd.gradcheck(fused_attention.relation, [v, idx, q, inputs[3]], fast_mode=True)
+    assert torch.autograd.gradcheck(fused_attention.relation, [v, idx, q, inputs[3]], **LINEAR)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -178,7 +179,7 @@ def test_frame_relation_passes_gradcheck_in_float64():
     one block and a pass-through channel; delta's gradient is the incoming one (checked above)."""
     _, idx, tables, x, q, _, _ = _frame_inputs(torch.float64, channels=4, k=2, sizes=(2, 1))
     assert torch.autograd.gradcheck(fused_attention.frame_relation, [x.requires_grad_(), idx, tables,
-                                                                     q.requires_grad_()], fast_mode=True)
+                                                                     q.requires_grad_()], **LINEAR)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 2e-3)])
@@ -202,7 +203,7 @@ def test_linear_relation_passes_gradcheck_in_float64():
     coord, idx, _, x, q, _, scale = _frame_inputs(torch.float64, channels=4, k=2, sizes=(2, 1))
     disp = coord[idx] - coord.unsqueeze(1)
     assert torch.autograd.gradcheck(lambda a, b: fused_attention.linear_relation(a, idx, disp, scale, b),
-                                    [x.requires_grad_(), q.requires_grad_()], fast_mode=True)
+                                    [x.requires_grad_(), q.requires_grad_()], **LINEAR)
 
 
 def _op_inputs(op):

@@ -10,6 +10,7 @@ import torch
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
 from pointgeope.model import fused_attention, gather_backward
 from pointgeope.model.attention_reference import ref_aggregate, ref_frame, ref_relation
+from tests.model.linear_gradcheck import LINEAR
 
 
 @pytest.fixture(autouse=True)
@@ -173,7 +174,7 @@ def test_frame_relation_and_aggregate_on_sorted_sums_pass_gradcheck_in_float64()
     full Jacobian (softmax: nonlinear; 2 groups of 2 channels)."""
     x, idx, tables, q, _ = _frame_inputs(torch.float64, idx=torch.tensor([[0, 0], [0, 1], [1, 0]]), c=4)
     assert torch.autograd.gradcheck(fused_attention.frame_relation, [x.requires_grad_(), idx, tables,
-                                                                     q.requires_grad_()], fast_mode=True)
+                                                                     q.requires_grad_()], **LINEAR)
     w = torch.randn(3, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(6)).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: fused_attention.aggregate(a, b, idx, None, 2), [w, x],
                                     fast_mode=False)

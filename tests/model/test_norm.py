@@ -49,16 +49,17 @@ def _run(module, x, g, relu=False, valid: int | None = None):
     return y.detach(), x.grad, module.weight.grad, module.bias.grad
 
 
-@pytest.mark.parametrize("rows, channels", [(130, 3), (77, 37), (1100, 96)])
-@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("rows, channels, train", [(130, 3, True), (77, 37, True), (1100, 96, True),
+                                                   (130, 3, False), (77, 37, False), (77, 96, False)])
 def test_float32_matches_batch_norm_and_relu(interpreted, rows, channels, train):
-    """Two steps (the running buffers move twice in training), outputs and gradients: 37 and 96 channels are
-    no power of two (96: two channel tiles), 77 and 1100 rows no multiple of a tile, 1100 x 96 has more
-    partials (35) than the finishing kernel takes a step (32)."""
+    """Outputs and gradients, two steps in training (the running buffers move twice), one in eval (they are the
+    statistics, and stay): 37 and 96 channels are no power of two (96: two channel tiles), 77 and 1100 rows no
+    multiple of a tile, 1100 x 96 has more partials (35) than the finishing kernel takes a step (32): a
+    training case (eval reduces no rows: its 96 channels on 77 rows)."""
     ours, ref = _pair(channels)
     ours.train(train), ref.train(train)
     g = torch.Generator().manual_seed(1)
-    for _ in range(2):
+    for _ in range(2 if train else 1):
         x = torch.randn(rows, channels, generator=g) * 3 + 1
         grad = torch.randn(rows, channels, generator=g)
         for got, want in zip(_run(ours, x, grad), _run(ref, x, grad, relu=True), strict=True):
@@ -157,9 +158,9 @@ def test_the_relus_gradient_at_a_nan_is_torchs(interpreted, dtype, train):
 def test_float64_gradcheck(interpreted, train):
     """``gradcheck`` of ``x``, ``w``, ``b`` in float64 (rows drawn away from the ReLU's kink)."""
     g = torch.Generator().manual_seed(6)          # (a draw with no pre-activation within 1e-3 of the kink)
-    # 6 rows: one masked tile of rows (BLOCK_R 256) and of 3 channels (BLOCK_C 4), as 9 x 5 were; gradcheck's
-    # interpreted launches grow with the elements (2 per input, 1 per output)
-    x = torch.randn(6, 3, generator=g, dtype=torch.float64)
+    # 4 rows: one masked tile of rows (BLOCK_R 256) and of 3 channels (BLOCK_C 4), as 9 x 5 and 6 x 3 were;
+    # gradcheck's interpreted launches grow with the elements (2 per input, 1 per output)
+    x = torch.randn(4, 3, generator=g, dtype=torch.float64)
     w = (torch.rand(3, generator=g, dtype=torch.float64) + 0.5)
     b = torch.randn(3, generator=g, dtype=torch.float64)
     rm, rv = torch.randn(3, generator=g, dtype=torch.float64), torch.rand(3, generator=g, dtype=torch.float64) + 0.5

@@ -74,15 +74,17 @@ def _close(got, want, dtype, name):
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("train", [True, False])
 def test_the_plain_kernel_is_the_definition(interpreted, dtype, padded, train):
-    """Two steps (the running buffers move twice in training) of 300 x 37 rows, 211 of them real when padded
-    (in eval a padded batch takes the running statistics on every row): outputs in ``x``'s dtype, ``dx``,
-    ``dw``, ``db``, the running buffers and ``num_batches_tracked``; the kernel ran, the torch ops did not."""
+    """Two steps in training (the running buffers move twice), one in eval (they stay: the second would repeat
+    it) of 300 x 37 rows, 211 of them real when padded (in eval a padded batch takes the running statistics on
+    every row): outputs in ``x``'s dtype, ``dx``, ``dw``, ``db``, the running buffers and
+    ``num_batches_tracked``; the kernel ran, the torch ops did not."""
     rows, channels, n = 300, 37, 211 if padded and train else 300
     calls = _spied(interpreted)
     module = _plain(channels, dtype)[0].train(train)
     rm, rv = module.running_mean.clone(), module.running_var.clone()
     gen = torch.Generator().manual_seed(1)
-    for _ in range(2):
+    steps = 2 if train else 1
+    for _ in range(steps):
         x = (torch.randn(rows, channels, generator=gen, dtype=torch.float64) * 3 + 1).to(dtype)
         g = torch.randn(rows, channels, generator=gen, dtype=torch.float64).to(dtype)
         got = _run(module, x, g, valid=211 if padded else None)
@@ -92,7 +94,7 @@ def test_the_plain_kernel_is_the_definition(interpreted, dtype, padded, train):
             _close(a, b, dtype, name)
         _close(module.running_mean, rm, dtype, "running_mean")
         _close(module.running_var, rv, dtype, "running_var")
-    assert len(calls) == 2 and int(module.num_batches_tracked) == (2 if train else 0)
+    assert len(calls) == steps and int(module.num_batches_tracked) == (2 if train else 0)
 
 
 @pytest.mark.parametrize("padded", [False, True])
@@ -153,12 +155,12 @@ def test_the_torch_ops_prefix_batch_norm_padded(interpreted):
 def test_float64_gradcheck(interpreted, train, padded):
     """``gradcheck`` of ``x``, ``w``, ``b`` through ``norm.batch_norm`` (no ReLU: no kink to avoid)."""
     gen = torch.Generator().manual_seed(6)
-    # 6 rows (4 of them real when padded): one masked tile of rows (BLOCK_R 256) and of 3 channels (BLOCK_C 4), as
-    # 9 x 5 were; gradcheck's interpreted launches grow with the elements (2 per input, 1 per output)
-    x = torch.randn(6, 3, generator=gen, dtype=torch.float64)
+    # 4 rows (3 of them real when padded): one masked tile of rows (BLOCK_R 256) and of 3 channels (BLOCK_C 4), as
+    # 9 x 5 and 6 x 3 were; gradcheck's interpreted launches grow with the elements (2 per input, 1 per output)
+    x = torch.randn(4, 3, generator=gen, dtype=torch.float64)
     w, b = torch.rand(3, generator=gen, dtype=torch.float64) + 0.5, torch.randn(3, generator=gen, dtype=torch.float64)
     rm, rv = torch.randn(3, generator=gen, dtype=torch.float64), torch.rand(3, generator=gen, dtype=torch.float64) + 0.5
-    valid = torch.tensor(4) if padded else None
+    valid = torch.tensor(3) if padded else None
 
     def fn(a, wt, bs):
         return norm.batch_norm(a, wt, bs, None if train else rm, None if train else rv, train, valid=valid)
@@ -212,18 +214,22 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     its real prefix and no torch-ops prefix batch norm, and equals the unpadded step on torch's batch norms (real
     logits, loss, every gradient and running buffer). With ``POINTGEOPE_KERNELS=torch`` the same padded step runs
     the torch ops' prefix batch norm for every norm and no kernel. test_padding.py's network with 8 neighbours at
-    every stage, two clouds of 130 and 170 points (each keeps more than 8 at the last stage): a third of the pairs
-    of test_padding.py's batch, whose every norm runs interpreted."""
+    every stage and strides of 2 (fewer rows, each norm interpreted: the padded stages of 128, 66 and 35 rows keep
+    a dummy cloud and their real prefix ends within a tile), two clouds of 34 and 42 points (8 and 10 at the last
+    stage: each keeps at least its 8 neighbours, so no k-NN repeats a point). The unpadded step's forward alone
+    runs (its dispatch and logits are checked, its gradients are not: the padded step is compared with
+    ``model``'s, on torch's batch norms)."""
     from pointgeope.model import PointTransformerSeg
     from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
 
     interpreted.delenv("POINTGEOPE_KERNELS")        # unset: the device's default, CUDA's for the norms' kernels
     cpu_as_cuda(interpreted)
     torch.manual_seed(0)
-    model = PointTransformerSeg(pe="rpe", **dict(SMALL, neighbours=(8, 8, 8))).double().train()
+    model = PointTransformerSeg(pe="rpe", **dict(SMALL, neighbours=(8, 8, 8), strides=(1, 2, 2))).double().train()
     unpadded, twin, control = (copy.deepcopy(model) for _ in range(3))
-    coord, feat, offset, label = _batch(sizes=(130, 170))
+    coord, feat, offset, label = _batch(sizes=(34, 42))
     h, sizes, prefixes, (pc, pf, po, pl, ph) = _padded(model, coord, feat, offset, label)
+    assert h.offsets[-1].tolist() == [8, 18]            # the last stage: 8 and 10 points, each >= its k = 8
     with forced("torch"):
         want = model(coord, feat, offset, hierarchy=h)
         F.cross_entropy(want, label, ignore_index=IGNORE).backward()
@@ -238,7 +244,6 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     norms = sum(isinstance(m, norm.BatchNorm) for m in model.modules())
     thirds = sum(isinstance(m, norm.BatchNorm) and not m.relu for m in model.modules())   # the blocks' third
     got = unpadded(coord, feat, offset, hierarchy=h)
-    F.cross_entropy(got, label, ignore_index=IGNORE).backward()
     assert calls["plain"] == calls["prefix"] == [] and thirds >= 6
     assert calls["torch"] == [None] * thirds and calls["relu"] == [None] * (norms - thirds)   # BatchNorm1d, kernel
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)

@@ -21,6 +21,7 @@ from pointgeope.model.rope import (
     pointrope_table,
     rotate_pairs,
 )
+from tests.model.linear_gradcheck import LINEAR
 
 
 def axial(channels: int, base: float = 100.0, pos_scale: float = 25.0) -> torch.Tensor:
@@ -133,7 +134,10 @@ def test_gradients_of_features_frequencies_and_query(mixed, points, monkeypatch)
         return pair_frame(a, idx, disp, learnt[0] if learnt else freq, m, pos=given)
 
     inputs = (x, minus, freq) if mixed else (x, minus)
-    assert torch.autograd.gradcheck(relation, inputs)
+    # linear in (x, minus): linear_gradcheck.py's fast mode; the frequencies enter nonlinearly: their full Jacobian
+    assert torch.autograd.gradcheck(lambda a, m: relation(a, m, *inputs[2:]), (x, minus), **LINEAR)
+    if mixed:
+        assert torch.autograd.gradcheck(lambda f: relation(x.detach(), minus.detach(), f), (freq,))
     # the lean Function and plain autograd (taken when the displacements need a gradient) agree
     weight = torch.randn(10, 4, 14, dtype=torch.float64)
     lean = torch.autograd.grad((relation(*inputs) * weight).sum(), inputs)

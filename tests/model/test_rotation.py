@@ -16,6 +16,7 @@ from pointgeope.model.rotation import (
     shift_tables,
 )
 from tests.conftest import cuda_devices
+from tests.model.linear_gradcheck import LINEAR
 
 
 def _setup(channels, n=40, k=6, seed=0):
@@ -47,8 +48,9 @@ def test_gradients_are_the_inverse_rotations():
     disp = pos[idx] - pos[:, None]
     x = x.requires_grad_()
     assert torch.autograd.gradcheck(
-        lambda a: rotate_blocks(rotate_blocks(a, mats, pos, scale)[idx], mats, pos, scale, inverse=True), (x,))
-    assert torch.autograd.gradcheck(lambda a: rotate_relative(a[idx], disp, scale), (x,))
+        lambda a: rotate_blocks(rotate_blocks(a, mats, pos, scale)[idx], mats, pos, scale, inverse=True), (x,),
+        **LINEAR)
+    assert torch.autograd.gradcheck(lambda a: rotate_relative(a[idx], disp, scale), (x,), **LINEAR)
 
 
 def test_learnable_frequencies_take_the_autograd_path_and_agree():
@@ -148,7 +150,7 @@ def _check_relation(fn, x: torch.Tensor, q: torch.Tensor, expected: torch.Tensor
     torch.testing.assert_close(fn(x, q), expected, atol=1e-12, rtol=0)
     torch.testing.assert_close(fn(x, None), expected + q[:, None], atol=1e-12, rtol=0)
     x, q = x.requires_grad_(), q.requires_grad_()
-    assert torch.autograd.gradcheck(fn, (x, q))
+    assert torch.autograd.gradcheck(fn, (x, q), **LINEAR)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
         fn(x, q)

@@ -10,6 +10,7 @@ import torch
 from pointgeope.geope import apply_geope, frequencies, rotation_matrix
 from pointgeope.model import kernels, rotation, shifted_kernel
 from pointgeope.model.rotation import apply_shifted, rotation_tables
+from tests.model.linear_gradcheck import LINEAR
 
 
 def _fma_rounds_once() -> bool:
@@ -86,16 +87,16 @@ def test_the_kernel_turns_each_block_by_its_3x3_matrix(ran, transpose, channels)
 def test_gradients_by_gradcheck(ran, transpose):
     """float64: ``x`` of the pairs and the broadcast ``minus (N, 1, C)`` (summed over neighbours); the
     backward is the kernel again, transposed, and differentiable once more (gradgradcheck). 8 channels (a masked
-    channel tile of 64), 18 rows (a full row tile of 16 and a masked second). ``fast_mode``: the map is linear in
-    ``(x, minus)``, so a wrong entry of the kernel's Jacobian (or of its backward's) shows in ``v^T J u`` for
-    gradcheck's random ``u, v`` as in the full Jacobian, which would take 2 interpreted launches per input element."""
+    channel tile of 64), 18 rows (a full row tile of 16 and a masked second). Fast mode at linear_gradcheck.py's
+    tolerance: the map is linear in ``(x, minus)``, so a wrong entry of the kernel's Jacobian (or of its
+    backward's) shows in ``v^T J u`` for gradcheck's random ``u, v`` (at the default tolerance it could hide), as
+    in the full Jacobian, which would take 2 interpreted launches per input element."""
     pos, scale, tables, _, m, pairs = _inputs(8, torch.float64, n=6, k=3)
     queries = tables.unsqueeze(-2)
     x, minus = pairs.requires_grad_(), m.unsqueeze(1).clone().requires_grad_()
-    assert torch.autograd.gradcheck(lambda a, b: apply_shifted(a, queries, b, transpose), (x, minus),
-                                    fast_mode=True)
+    assert torch.autograd.gradcheck(lambda a, b: apply_shifted(a, queries, b, transpose), (x, minus), **LINEAR)
     assert torch.autograd.gradgradcheck(lambda a, b: apply_shifted(a, queries, b, transpose), (x, minus),
-                                        fast_mode=True)
+                                        **LINEAR)
     assert ran == {"triton"}
 
 

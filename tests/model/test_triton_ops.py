@@ -55,8 +55,8 @@ def test_knn_equals_the_exact_reference_on_ragged_batches_down_and_up():
 def test_knn_breaks_exact_ties_and_duplicates_by_the_smaller_row():
     rng = np.random.default_rng(1)
     same = np.full((40, 3), 1.25)                      # one point 40 times: every distance ties
-    far = np.concatenate([_random(100, rng), _random(100, rng) + 1000.0])   # two clusters far apart
-    points, off = _packed([_grid(300, rng), same, far, _grid(3, rng)])
+    far = np.concatenate([_random(50, rng), _random(50, rng) + 1000.0])     # two clusters far apart
+    points, off = _packed([_grid(300, rng), same, far, _grid(3, rng)])    # (300: past the window, the scan)
     idx, dist2 = _assert_exact_knn(points, points, 8, off, off)
     assert torch.equal(idx[300:340].cpu(), torch.arange(300, 308).expand(40, 8))  # the 8 smallest rows, in order
     assert torch.all(dist2[:, 0] == 0)
@@ -102,11 +102,11 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
 
     rng = np.random.default_rng(3)
     same = np.full((9, 3), -2.0)                       # all duplicates: every step ties at distance 0
-    clouds = [_random(200, rng), _grid(120, rng), np.array([[0.5, 0.5, 0.5]]), _random(2, rng), _random(3, rng), same]
+    clouds = [_random(140, rng), _grid(120, rng), np.array([[0.5, 0.5, 0.5]]), _random(2, rng), _random(3, rng), same]
     points, off = _packed(clouds)
     idx, new_off = fps(points, off, 4, backend="triton")
     idx = idx.cpu()
-    assert new_off.tolist() == np.cumsum([50, 30, 1, 1, 1, 2]).tolist()
+    assert new_off.tolist() == np.cumsum([35, 30, 1, 1, 1, 2]).tolist()
     start, lo = 0, 0
     for cloud, hi in zip(clouds, new_off.tolist(), strict=True):
         assert (idx[lo:hi] - start).tolist() == reference_fps(cloud.astype(np.float32), hi - lo)
@@ -115,7 +115,7 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
     assert torch.equal(idx, fps(points, off, 4, backend="torch")[0].cpu())
     assert torch.equal(idx, fps(points.cpu(), off.cpu(), 4, backend="numba")[0])   # the loader's FPS
     assert torch.equal(idx, fps(points, off, 4, backend="triton")[0].cpu())   # deterministic
-    sizes, kept = [len(c) for c in clouds], [50, 30, 1, 1, 1, 2]
+    sizes, kept = [len(c) for c in clouds], [35, 30, 1, 1, 1, 2]
     assert torch.equal(idx, fps_triton(points, sizes, kept, method="stream").cpu())
 
 
@@ -135,12 +135,12 @@ def test_every_fps_kernel_is_exact_with_many_small_blocks_chunks_and_rounds(monk
     seen = kernel_choice.current()
     monkeypatch.setattr(triton_fps_rounds, "current", lambda: dataclasses.replace(seen, interpret=not tuple_argmax))
     rng = np.random.default_rng(8)
-    clouds = [_random(120, rng), _grid(80, rng)]
+    clouds = [_random(60, rng), _grid(80, rng)]
     points, _ = _packed(clouds)
-    want = (reference_fps(clouds[0].astype(np.float32), 30)
-            + [120 + j for j in reference_fps(clouds[1].astype(np.float32), 20)])
+    want = (reference_fps(clouds[0].astype(np.float32), 15)
+            + [60 + j for j in reference_fps(clouds[1].astype(np.float32), 20)])
     for method in ("rounds",) + (() if tuple_argmax else ("stream",)):
-        assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
+        assert triton_fps.fps_triton(points, [60, 80], [15, 20], method=method).cpu().tolist() == want, method
 
 
 def test_the_loaders_hierarchy_equals_the_triton_one():

@@ -13,10 +13,12 @@ from tests.model.test_network import _graph_nodes
 @pytest.mark.parametrize("pe", ["geope", "rope3d", "point3drope"])
 def test_gradcheck_in_the_coordinates(pe):
     """Two stages (the pooled coordinates are means of these), 8 points (gradcheck's backward passes grow with
-    the logits: 8 x 13); serialization and patches depend on the integer grid only, so the network is smooth in
-    ``coord``."""
+    the logits: 8 x 13), two of them in one cell of the stride-2 pooling (so its reduction of several points is
+    differentiated, not only copied); serialization and patches depend on the integer grid only, so the network
+    is smooth in ``coord``."""
     model = net(pe, 16).double()
-    pos, x, offset, grid = cloud(8)
+    pos, x, offset, grid = cloud(8, seed=1)
+    assert len(torch.unique(grid // 2, dim=0)) == 7             # the stride-2 cells (test_seg.py's net): one of 2
     pos = pos.double().requires_grad_()
     assert torch.autograd.gradcheck(lambda p: model(p, x.double(), offset, grid_coord=grid), (pos,))
 
