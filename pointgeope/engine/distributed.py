@@ -114,12 +114,28 @@ def setup(device_preference: str = "auto") -> DistEnv:
     device = choose_device(device_preference, local_rank)
     if world_size > 1 and not dist.is_initialized():          # NCCL's device: the current one (choose_device)
         _ENDED.clear()        # an earlier run's groups, idle since its cleanup: freed before a new one is made
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", store=_next_store(),
+                                rank=rank, world_size=world_size)
     return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
 # The process group destroyed by cleanup, kept alive until the process exits or setup makes the next one.
 _ENDED: list = []
+# The process's rendezvous store (torchrun's, or rank 0's TCPStore at MASTER_ADDR:MASTER_PORT) and its groups made.
+_STORE: list = []
+
+
+def _next_store() -> dist.Store:
+    """The store of the process's next group: one rendezvous a process (``env://``, as ``init_process_group``
+    makes it), each group under a prefix of its own. With a new rendezvous a group, rank 0 closed its store's
+    server as it freed the earlier group in its next :func:`setup`, and a rank that came to its next setup
+    first could connect to the server being closed: its init failed ("TCPStore recv failure") or waited for
+    good (2 CI runs of 3 inits in a process). One server, alive to the process's end, leaves no such moment."""
+    if not _STORE:
+        store, _, _ = next(dist.rendezvous("env://"))
+        _STORE.extend([store, 0])
+    _STORE[1] += 1
+    return dist.PrefixStore(f"pointgeope_group_{_STORE[1]}", _STORE[0])
 
 
 @atexit.register
@@ -128,6 +144,7 @@ def _free_ended() -> None:
     teardown, a gloo group's destructor aborted a process whose run had ended well now and then ("terminate
     called without an active exception", exit code 134; 3 of 10 processes that ran three groups)."""
     _ENDED.clear()
+    _STORE.clear()
 
 
 def cleanup() -> None:
