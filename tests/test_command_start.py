@@ -32,6 +32,14 @@ print(json.dumps([codes, cfg.model.pe, sorted(m for m in json.loads(sys.argv[3])
 """
 
 
+def fresh_output(code: str, timeout: int) -> str:
+    """The stdout of ``python -c code`` in a fresh process from the repository's root (which must exit 0)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, check=False,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def test_a_mistake_in_a_config_is_told_before_torch_is_imported(tmp_path):
     """``train`` imported torch, torch_geometric and the data code (~7 s of CPU) before it read its config, and a
     misspelt value was told after them; ``ablate``'s parent imported torch to read its trials' configs; PTv3's
@@ -87,10 +95,8 @@ def test_the_model_package_gives_its_submodules_as_attributes():
     before. ``presets`` and ``config`` import no torch: the access imports what it names, nothing more."""
     code = ("import sys, pointgeope.model as m; print(m.config.__name__, m.presets.__name__, 'torch' in sys.modules, "
             "hasattr(m, 'Nonesuch'))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["pointgeope.model.config", "pointgeope.model.presets", "False", "False"]
+    out = fresh_output(code, timeout=60)
+    assert out.split() == ["pointgeope.model.config", "pointgeope.model.presets", "False", "False"]
 
 
 def test_the_kernel_registry_names_every_kernel_whatever_was_imported_before():
@@ -101,11 +107,9 @@ def test_the_kernel_registry_names_every_kernel_whatever_was_imported_before():
             "first = sorted(k.name for k in kernels.registered())\n"
             "for mod in pkgutil.walk_packages(m.__path__, 'pointgeope.model.'): importlib.import_module(mod.name)\n"
             "print(first == sorted(k.name for k in kernels.registered()), len(first))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    same, count = done.stdout.split()
-    assert same == "True" and int(count) >= 14, done.stdout
+    out = fresh_output(code, timeout=120)
+    same, count = out.split()
+    assert same == "True" and int(count) >= 14, out
 
 
 @pytest.mark.parametrize(("path", "package"), [("pointgeope/data/transforms.py", "scipy"),
@@ -134,7 +138,5 @@ def test_the_commands_implementations_import_no_torch_geometric():
             "batch = next(iter(make_loader([Points(pos=torch.zeros(2, 3), x=torch.zeros(2, 3))] * 2, 2)))\n"
             "print(type(batch).__name__, batch.num_graphs, [m for m in ('torch_geometric', 'torch._dynamo') "
             "if m in sys.modules])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["Points", "2", "[]"]
+    out = fresh_output(code, timeout=120)
+    assert out.split() == ["Points", "2", "[]"]
