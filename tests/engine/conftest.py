@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.trial_server import PRELOAD
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = REPO / "configs" / "demo.yaml"
 
@@ -224,12 +226,8 @@ def code_at(monkeypatch):
 # test's code patches it first) and exits as a process exits, with its own code. Past spec["seconds"] a child
 # still running is sent SIGABRT (with PYTHONFAULTHANDLER it prints its threads' stacks). Last line: each child's
 # exit code, and whether it hung.
-FORK_TRAIN_PY = """
+FORK_TRAIN_PY = PRELOAD + """
 import json, os, signal, sys, time
-import pointgeope.commands.train, pointgeope.engine.state, pointgeope.engine.train
-import pointgeope.engine.evaluate, pointgeope.model.network, pykdtree.kdtree, torch.utils.tensorboard
-import numba
-numba.njit(lambda x: x + 1)(1)
 spec = json.loads(sys.argv[1])
 pids = []
 for argv, out, env in zip(spec["argv"], spec["out"], spec["env"]):

@@ -21,12 +21,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-SERVER = r"""
-import json, os, selectors, signal, socket, sys
-import pointgeope.cli, pointgeope.commands.train, pointgeope.engine.train   # what a trial imports, once,
-import pointgeope.engine.evaluate, pointgeope.model.network, pykdtree.kdtree, torch.utils.tensorboard  # and at use
+# The preamble of every interpreter the engine tests fork trainings from (this server, conftest's FORK_TRAIN_PY):
+# what a training imports, at its start and at first use, and numba's registries loaded (~1.7 CPU s at a
+# process's first jitted call). No torch op, no thread.
+PRELOAD = """
+import pointgeope.cli, pointgeope.commands.train, pointgeope.engine.state, pointgeope.engine.train
+import pointgeope.engine.evaluate, pointgeope.model.network, pykdtree.kdtree, torch.utils.tensorboard
 import numba
-numba.njit(lambda x: x + 1)(1)   # numba's registries loaded (~1.7 CPU s at a process's first jitted call)
+numba.njit(lambda x: x + 1)(1)
+"""
+
+SERVER = PRELOAD + r"""
+import json, os, selectors, signal, socket, sys
 
 
 def serve(path):
