@@ -121,8 +121,9 @@ def setup(device_preference: str = "auto") -> DistEnv:
 
 # The process group destroyed by cleanup, kept alive until the process exits or setup makes the next one.
 _ENDED: list = []
-# The process's rendezvous store (torchrun's, or rank 0's TCPStore at MASTER_ADDR:MASTER_PORT) and its groups made.
-_STORE: list = []
+# The process's rendezvous store (torchrun's, or rank 0's TCPStore at MASTER_ADDR:MASTER_PORT), once made, and the
+# number of groups made on it: {"store": ..., "groups": n}.
+_STORE: dict = {}
 
 
 def _next_store() -> dist.Store:
@@ -132,10 +133,9 @@ def _next_store() -> dist.Store:
     first could connect to the server being closed: its init failed ("TCPStore recv failure") or waited for
     good (2 CI runs of 3 inits in a process). One server, alive to the process's end, leaves no such moment."""
     if not _STORE:
-        store, _, _ = next(dist.rendezvous("env://"))
-        _STORE.extend([store, 0])
-    _STORE[1] += 1
-    return dist.PrefixStore(f"pointgeope_group_{_STORE[1]}", _STORE[0])
+        _STORE.update(store=next(dist.rendezvous("env://"))[0], groups=0)
+    _STORE["groups"] += 1
+    return dist.PrefixStore(f"pointgeope_group_{_STORE['groups']}", _STORE["store"])
 
 
 @atexit.register
